@@ -1,0 +1,118 @@
+"""Commands that need no broker: replay, classify, schemas."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from app import schemas
+from app.core.emit import Emit
+from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, GANG_TRANSITIONS, ClassifiedFailure, GangTransition
+from app.replay.pipeline import Pipeline
+from app.replay.trace import encode_output, read_lines, replay
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser("replay", help="run a trace through the rules; write every output record as JSON Lines")
+    p.add_argument("--trace", type=Path, required=True, help="trace file (JSON Lines of source records)")
+    p.add_argument("--out", type=Path, required=True, help="output file ('-' for stdout)")
+    p.set_defaults(run=run_replay)
+
+    p = commands.add_parser("classify", help="print the final verdict of every failed attempt in a trace")
+    p.add_argument("trace", type=Path, help="trace file (JSON Lines of source records)")
+    p.set_defaults(run=run_classify)
+
+    p = commands.add_parser("schemas", help="write (or --check) the JSON Schemas of every output record")
+    p.add_argument("--dir", type=Path, default=Path("schemas"), help="schema folder (default: schemas)")
+    p.add_argument("--check", action="store_true", help="exit 1 if the files differ from the types")
+    p.set_defaults(run=run_schemas)
+
+
+def _require_trace(path: Path) -> None:
+    if not path.is_file():
+        raise SystemExit(f"faultline: trace file {path} does not exist (give the path of a .jsonl trace)")
+
+
+def _report_dead_letter(emit: Emit) -> None:
+    letter = emit.value
+    print(f"faultline: line {letter.offset}: skipped ({letter.reason})", file=sys.stderr)
+
+
+def _finish(pipeline: Pipeline) -> int:
+    """Non-zero only when nothing at all could be read (R11.1: bad lines are skipped)."""
+    records, bad = pipeline.counts["records"], pipeline.counts["dead_letters"]
+    if bad:
+        print(f"faultline: {bad} of {records} records could not be read and were skipped", file=sys.stderr)
+    if records == bad:
+        print("faultline: no record could be read", file=sys.stderr)
+        return 1
+    return 0
+
+
+def run_replay(args: argparse.Namespace) -> int:
+    _require_trace(args.trace)
+    pipeline = Pipeline()
+    out = sys.stdout.buffer if str(args.out) == "-" else args.out.open("wb")
+    try:
+        for emit in replay(read_lines(args.trace), pipeline):
+            if emit.topic == DEAD_LETTER:
+                _report_dead_letter(emit)
+            out.write(encode_output(emit) + b"\n")
+    finally:
+        if out is not sys.stdout.buffer:
+            out.close()
+    return _finish(pipeline)
+
+
+def describe_verdict(v: ClassifiedFailure) -> str:
+    fault = v.gpu_fault
+    evidence = "no GPU fault"
+    if fault is not None:
+        gpu = f" GPU {fault.gpu_index}" if fault.gpu_index is not None else ""
+        evidence = f"{fault.name} [{fault.severity}] on {fault.node or '?'}{gpu}"
+    pod = f"  pod {v.faulted_pod.name}" if v.faulted_pod else ""
+    state = "" if v.terminal else "  (not terminal: restarted)"
+    return f"{v.key}  {v.code}  {v.kind}  {evidence}{pod}{state}"
+
+
+def describe_transition(t: GangTransition) -> str:
+    detail = f"  {t.code} retry={t.retry}" if t.code else ""
+    waited = f"  waited {t.waited_seconds:g}s" if t.waited_seconds is not None else ""
+    return f"{t.key}  {t.from_} -> {t.to}{detail}{waited}  {t.reason}"
+
+
+def run_classify(args: argparse.Namespace) -> int:
+    _require_trace(args.trace)
+    pipeline = Pipeline()
+    verdicts: dict[str, ClassifiedFailure] = {}
+    transitions: list[GangTransition] = []
+    for emit in replay(read_lines(args.trace), pipeline):
+        if emit.topic == CLASSIFIED_FAILURES:
+            verdicts[emit.key] = emit.value  # a later revision supersedes (R7.2)
+        elif emit.topic == GANG_TRANSITIONS:
+            transitions.append(emit.value)
+        elif emit.topic == DEAD_LETTER:
+            _report_dead_letter(emit)
+    for verdict in verdicts.values():
+        print(describe_verdict(verdict))
+        for reason in verdict.reasons:
+            print(f"    {reason}")
+    for transition in transitions:
+        print(describe_transition(transition))
+    if not verdicts and not transitions:
+        print("no failed attempt in this trace")
+    return _finish(pipeline)
+
+
+def run_schemas(args: argparse.Namespace) -> int:
+    if args.check:
+        stale = schemas.drift(args.dir)
+        if stale:
+            print(f"faultline: schemas out of date: {', '.join(stale)}; run `faultline schemas`", file=sys.stderr)
+            return 1
+        print("schemas up to date")
+        return 0
+    for path in schemas.write_schemas(args.dir):
+        print(path)
+    return 0

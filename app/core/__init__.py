@@ -1,0 +1,1 @@
+"""The pure domain: rules as functions over plain data. No I/O, no Faust, no clock."""

@@ -1,0 +1,219 @@
+"""Stage 2, keyed by attempt key: join an attempt's pods, their faults and its tracked
+resource, and keep its verdicts current (SPEC R4–R8).
+
+The verdicts are a pure function of the state (`verdicts_of`), so the final verdict
+depends only on the set of facts seen, never on their order (R7.1). The fold emits a
+verdict whenever it differs from the last one emitted for the same slot, with the next
+revision (R7.2); an identical recomputation emits nothing.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import msgspec
+
+from app.core.attempt import AttemptId
+from app.core.child_pods import has_succeeded, is_selected
+from app.core.emit import Emit
+from app.core.relevance import anchor_of, crd_failed_at, is_relevant, pod_task_failed_at
+from app.core.rules import Rules
+from app.core.verdict import BaseFailure, Outcome, classify, pod_base_failure
+from app.model.facts import AttemptFact, AttributedFault, JobFacts, PodFacts
+from app.model.records import CLASSIFIED_FAILURES, ClassifiedFailure, ObjectRef
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+# R8.1: a JobSet restarted in place says nothing of why; faults may (generic, so they can).
+RESTART_FAILURE_CODE = "Unknown"
+
+
+class AttemptState(msgspec.Struct):
+    key: str
+    last_activity: datetime
+    job: JobFacts | None = None
+    job_failed_seen_at: datetime | None = None  # R5.2: first record that showed the failure
+    restart_seen_at: dict[int, datetime] = {}  # R8.1: generation N -> when restarts passed N
+    pods: dict[str, PodFacts] = {}
+    emitted: dict[str, ClassifiedFailure] = {}  # slot -> last verdict emitted for it
+    next_revision: int = 0
+
+
+class _Verdict(msgspec.Struct, frozen=True):
+    """A verdict before it gets its revision."""
+
+    slot: str
+    tracked: ObjectRef
+    generation: int
+    terminal: bool
+    failed_at: datetime
+    outcome: Outcome
+    carried: tuple[str, ...]
+
+
+def attempt_id_of(key: str) -> AttemptId:
+    cluster, namespace, run, action, attempt = key.split("/")
+    return AttemptId(cluster=cluster, namespace=namespace, run=run, action=action, attempt=attempt)
+
+
+# --- faults that may explain a pod's failure (R4, R5) -------------------------------------
+
+
+def _relevant_faults(pods: list[PodFacts], failed_at: datetime, clamp: bool, rules: Rules) -> list[AttributedFault]:
+    relevant = []
+    for pod in pods:
+        anchor = anchor_of(pod, failed_at, clamp)
+        relevant.extend(f for f in pod.faults if is_relevant(f.fault, anchor, rules))
+    return relevant
+
+
+def _child_pods(state: AttemptState, job: JobFacts, generation: int) -> list[PodFacts]:
+    # R4.2, R4.3; R4.5: deleted pods keep their last known state and still count.
+    return [p for p in state.pods.values() if is_selected(job, p, generation) and not has_succeeded(p)]
+
+
+def _carried_line(label: str, outcome: Outcome) -> str:
+    line = f"{label} failed: {outcome.code} ({outcome.kind})"
+    return f"{line}; {outcome.pod_reason}" if outcome.pod_reason else line
+
+
+# --- verdicts of a CRD task (R6, R8.1) -------------------------------------------------------
+
+
+def _crd_verdicts(state: AttemptState, job: JobFacts, rules: Rules) -> list[_Verdict]:
+    tracked = ObjectRef(kind=job.kind, name=job.name, uid=job.uid)
+    verdicts: list[_Verdict] = []
+    carried: list[str] = []
+    for generation in sorted(g for g in state.restart_seen_at if g < job.restarts):
+        failed_at = state.restart_seen_at[generation]
+        base = BaseFailure(
+            RESTART_FAILURE_CODE, "USER", f"JobSet {job.name} restarted in place after generation {generation}"
+        )
+        relevant = _relevant_faults(_child_pods(state, job, generation), failed_at, True, rules)
+        outcome = classify(base, relevant, job.namespace)
+        verdicts.append(_Verdict(f"generation/{generation}", tracked, generation, False, failed_at, outcome, tuple(carried)))
+        carried.append(_carried_line(f"generation {generation}", outcome))
+    failed_at = crd_failed_at(job, state.job_failed_seen_at)
+    if job.failure is not None and failed_at is not None:
+        generation = job.restarts if job.kind == "JobSet" else 0
+        base = BaseFailure(job.failure.code, "USER", job.failure.message)
+        relevant = _relevant_faults(_child_pods(state, job, generation), failed_at, True, rules)
+        outcome = classify(base, relevant, job.namespace)
+        verdicts.append(_Verdict("final", tracked, generation, True, failed_at, outcome, tuple(carried)))
+    return verdicts
+
+
+# --- verdicts of a pod task (R6, R8.2) -------------------------------------------------------
+
+
+def _creation_order(pod: PodFacts) -> tuple:
+    return pod.created_at or _EPOCH, pod.name, pod.uid
+
+
+def _pod_task_verdicts(state: AttemptState, rules: Rules) -> list[_Verdict]:
+    tries = sorted((p for p in state.pods.values() if not p.is_child), key=_creation_order)
+    verdicts: list[_Verdict] = []
+    carried: list[str] = []
+    for index, pod in enumerate(tries):
+        failed_at = pod_task_failed_at(pod) if pod.phase == "Failed" else None
+        if failed_at is None:
+            continue
+        relevant = _relevant_faults([pod], failed_at, False, rules)
+        outcome = classify(pod_base_failure(pod), relevant, None)
+        terminal = index == len(tries) - 1  # R8.2: a newer pod of the attempt makes it non-terminal
+        tracked = ObjectRef(kind="Pod", name=pod.name, uid=pod.uid)
+        verdicts.append(_Verdict(f"pod/{pod.uid}", tracked, 0, terminal, failed_at, outcome, tuple(carried)))
+        carried.append(_carried_line(f"pod {pod.name}", outcome))
+    return verdicts
+
+
+def verdicts_of(state: AttemptState, rules: Rules) -> list[_Verdict]:
+    """Every verdict the attempt's facts support now, in emission order."""
+    if state.job is not None:
+        return _crd_verdicts(state, state.job, rules)
+    return _pod_task_verdicts(state, rules)
+
+
+def _record(key: str, verdict: _Verdict, revision: int, rules: Rules) -> ClassifiedFailure:
+    ident = attempt_id_of(key)
+    outcome = verdict.outcome
+    reasons = list(verdict.carried)
+    if outcome.pod_reason:
+        reasons.append(outcome.pod_reason)
+    return ClassifiedFailure(
+        key=key,
+        cluster=ident.cluster,
+        namespace=ident.namespace,
+        run=ident.run,
+        action=ident.action,
+        attempt=ident.attempt,
+        tracked=verdict.tracked,
+        generation=verdict.generation,
+        terminal=verdict.terminal,
+        failed_at=verdict.failed_at,
+        code=outcome.code,
+        kind=outcome.kind,
+        message=outcome.message,
+        gpu_fault=outcome.gpu_fault,
+        faulted_pod=outcome.faulted_pod,
+        reasons=reasons,
+        revision=revision,
+        rules_version=rules.version,
+    )
+
+
+# --- the fold ------------------------------------------------------------------------------
+
+
+def _absorb(state: AttemptState, fact: AttemptFact) -> None:
+    if isinstance(fact, PodFacts):
+        state.pods[fact.uid] = fact
+        return
+    previous = state.job
+    if fact.failure is not None and (previous is None or previous.failure is None):
+        if state.job_failed_seen_at is None:
+            state.job_failed_seen_at = fact.observed_at
+    last_restarts = previous.restarts if previous is not None else 0
+    for generation in range(last_restarts, fact.restarts):
+        # R8.1: generation N died when restarts first passed N, without the JobSet failing.
+        state.restart_seen_at.setdefault(generation, fact.observed_at)
+    state.job = fact
+
+
+def _may_have_failed(state: AttemptState) -> bool:
+    # Cheap gate: most facts belong to attempts that are running fine.
+    if state.job is not None:
+        return state.job.failure is not None or bool(state.restart_seen_at)
+    return any(p.phase == "Failed" for p in state.pods.values())
+
+
+def fold_attempt(
+    state: AttemptState | None, key: str, fact: AttemptFact, rules: Rules
+) -> tuple[AttemptState, list[Emit]]:
+    if state is None:
+        state = AttemptState(key=key, last_activity=fact.observed_at)
+    _absorb(state, fact)
+    state.last_activity = max(state.last_activity, fact.observed_at)
+    if not _may_have_failed(state):
+        return state, []
+    emits: list[Emit] = []
+    for verdict in verdicts_of(state, rules):
+        record = _record(key, verdict, state.next_revision, rules)
+        last = state.emitted.get(verdict.slot)
+        if last is not None and msgspec.structs.replace(last, revision=record.revision) == record:
+            continue  # R7.2: an identical recomputation emits nothing
+        state.emitted[verdict.slot] = record
+        state.next_revision += 1
+        emits.append(Emit(CLASSIFIED_FAILURES, key, record))
+    return state, emits
+
+
+def attempt_expired(state: AttemptState, stream_time: datetime, rules: Rules) -> bool:
+    """R7.4: drop an attempt once it has ended (or all its objects are gone) and the
+    retention has passed in stream time since anything happened to it."""
+    if stream_time - state.last_activity < rules.retention:
+        return False
+    job = state.job
+    if job is not None:
+        return job.failure is not None or job.completed or job.deleted
+    return all(p.deleted or p.phase in ("Succeeded", "Failed") for p in state.pods.values())

@@ -1,0 +1,104 @@
+"""Which Events are GPU faults, and what each says (SPEC R2.1, R2.4, R2.5, R2.5b)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Final
+
+import msgspec
+
+from app.core.fault_message import ParsedMessage, parse_fault_message
+from app.model.k8s import Event
+
+FAULT_REASONS: Final = frozenset({"GPUXidError", "GPUSXidError"})
+
+
+class FaultEvent(msgspec.Struct, frozen=True):
+    """A parsed GPU fault Event, not yet attributed to a pod."""
+
+    event_uid: str
+    pod_uid: str
+    pod_name: str
+    namespace: str
+    reported_from: str  # reportingInstance, else source.host; "" if neither
+    parsed: ParsedMessage
+    first_seen: datetime
+    last_seen: datetime
+    count: int
+
+
+def _regarding(event: Event):
+    return event.involved_object or event.regarding
+
+
+def _message(event: Event) -> str:
+    return event.message if event.message is not None else (event.note or "")
+
+
+def _reported_from(event: Event) -> str:
+    if event.reporting_instance:
+        return event.reporting_instance
+    source = event.source or event.deprecated_source
+    return source.host if source is not None else ""
+
+
+def _timing(event: Event) -> tuple[datetime, datetime, int] | None:
+    # R2.4: first_seen = eventTime | firstTimestamp | creationTimestamp;
+    # last_seen = series.lastObservedTime | lastTimestamp | first_seen.
+    first = event.event_time or event.first_timestamp or event.deprecated_first_timestamp or event.metadata.creation_timestamp
+    if first is None:
+        return None
+    series = event.series
+    last = (series.last_observed_time if series else None) or event.last_timestamp or event.deprecated_last_timestamp or first
+    count = (series.count if series else None) or event.count or event.deprecated_count or 1
+    return first, last, count
+
+
+def fault_event_of(event: Event) -> FaultEvent | None:
+    """The fault this Event records, or None if it records none (never raises)."""
+    regarding = _regarding(event)
+    if event.type != "Warning" or event.reason not in FAULT_REASONS:
+        return None  # R2.1
+    if regarding is None or regarding.kind != "Pod" or not regarding.uid:
+        return None  # R2.1, R2.5: an empty uid is rejected
+    parsed = parse_fault_message(_message(event))
+    if parsed is None:
+        return None  # R2.2, R2.3
+    timing = _timing(event)
+    if timing is None:
+        return None
+    first, last, count = timing
+    return FaultEvent(
+        event_uid=event.metadata.uid or f"{event.metadata.namespace}/{event.metadata.name}",
+        pod_uid=regarding.uid,
+        pod_name=regarding.name,
+        namespace=regarding.namespace or event.metadata.namespace,
+        reported_from=_reported_from(event),
+        parsed=parsed,
+        first_seen=first,
+        last_seen=last,
+        count=count,
+    )
+
+
+def merge_updates(old: FaultEvent, new: FaultEvent) -> FaultEvent:
+    """R2.4: one repeating fault is one Event whose count and last_seen only grow.
+
+    Taking min/max makes the merge commutative, so update order never matters (R7.1).
+    """
+    return msgspec.structs.replace(
+        new,
+        first_seen=min(old.first_seen, new.first_seen),
+        last_seen=max(old.last_seen, new.last_seen),
+        count=max(old.count, new.count),
+    )
+
+
+def is_trusted(fault: FaultEvent, pod_uid: str, node_name: str, node_trust: bool) -> bool:
+    """R2.5: the uid must match; R2.5b: the event must come from the pod's node."""
+    if fault.pod_uid != pod_uid:
+        return False
+    if not node_trust:
+        return True
+    # A pod with a uid but no node yet trusts no fault event.
+    return bool(node_name) and fault.reported_from == node_name

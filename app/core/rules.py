@@ -1,0 +1,76 @@
+"""The rule set: every setting the rules read, in one typed place (SPEC R10.1).
+
+`rules_version` names the rule set: its name plus a hash of the Xid table and these
+settings, so changing either changes the version stamped on every verdict.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import timedelta
+from functools import cached_property
+
+import msgspec
+
+from app.core import xid
+
+# Labels set by an operator or a batch Job on the pods it creates: such a pod is a child
+# pod of a tracked CRD, never the tracked pod of a pod task (see docs/decisions.md).
+DEFAULT_CHILD_POD_LABELS = (
+    "ray.io/cluster",
+    "ray.io/node-type",
+    "ray.io/originated-from-crd",
+    "training.kubeflow.org/job-name",
+    "training.kubeflow.org/operator-name",
+    "jobset.sigs.k8s.io/jobset-name",
+    "batch.kubernetes.io/job-name",
+    "job-name",
+)
+
+
+class AttemptLabels(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The label keys that identify an attempt (SPEC R1), configurable."""
+
+    managed: str = "flyte.org/managed"
+    run: str = "run"
+    action: str = "action"
+    attempt: str = "attempt"
+
+
+class Rules(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True):
+    name: str = "default"
+    labels: AttemptLabels = AttemptLabels()
+    # R5.3: a fault explains a failure iff it overlaps [anchor - window, anchor + slack].
+    window_seconds: float = 30 * 60
+    slack_seconds: float = 2 * 60
+    # R2.5b: a fault event must come from the pod's node.
+    node_trust: bool = True
+    # R7.4: stream time an attempt's state is kept after its terminal verdict.
+    retention_seconds: float = 6 * 3600
+    # R9.2: resume a preempted gang, per JobSet annotation, else this default.
+    resume_after_preemption: bool = False
+    resume_annotation: str = "faultline.io/resume-after-preemption"
+    child_pod_labels: tuple[str, ...] = DEFAULT_CHILD_POD_LABELS
+
+    @cached_property
+    def window(self) -> timedelta:
+        return timedelta(seconds=self.window_seconds)
+
+    @cached_property
+    def slack(self) -> timedelta:
+        return timedelta(seconds=self.slack_seconds)
+
+    @cached_property
+    def retention(self) -> timedelta:
+        return timedelta(seconds=self.retention_seconds)
+
+    @cached_property
+    def version(self) -> str:
+        """`<name>@<hash>`: the hash covers the Xid table and every setting."""
+        settings = msgspec.to_builtins(self)
+        settings.pop("name")
+        payload = msgspec.json.encode({"table": xid.table_fingerprint(), "settings": settings}, order="sorted")
+        return f"{self.name}@{hashlib.sha256(payload).hexdigest()[:12]}"
+
+
+DEFAULT_RULES = Rules()

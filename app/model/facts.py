@@ -1,0 +1,84 @@
+"""Internal records between stages: what stage 1 (keyed by object uid) tells stage 2
+(keyed by attempt key). They travel through a Kafka re-key topic in the streaming path,
+so they are plain tagged Structs like every other record.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import msgspec
+
+from app.model.records import GpuFault
+
+# Internal re-key topic: stage 1 → stage 2, keyed by attempt key.
+ATTEMPT_FACTS = "faultline.attempt-facts"
+
+
+class ContainerFacts(msgspec.Struct, frozen=True, omit_defaults=True):
+    """A regular container's current state (init containers and lastState are never read)."""
+
+    name: str
+    reported: bool = False  # the kubelet has reported a status for it
+    terminated: bool = False
+    exit_code: int = 0
+    reason: str = ""
+    message: str = ""
+    finished_at: datetime | None = None
+
+
+class AttributedFault(msgspec.Struct, frozen=True):
+    """A trusted fault of one pod, with the Event that recorded it (R6.3 ties use it)."""
+
+    event_uid: str
+    fault: GpuFault
+
+
+class PodFacts(msgspec.Struct, frozen=True, omit_defaults=True, tag="PodFacts", tag_field="fact"):
+    """The slim, self-contained state of one pod that the attempt stage needs."""
+
+    cluster: str
+    namespace: str
+    name: str
+    uid: str
+    observed_at: datetime
+    labels: dict[str, str] = {}  # only the keys the rules read (R1, R4.2)
+    is_child: bool = False  # created by an operator or a Job (not a pod task's own pod)
+    primary_container: str = ""  # declared primary (R4.4), "" when none is declared
+    containers: tuple[ContainerFacts, ...] = ()  # in spec order, statuses merged in
+    phase: str = ""
+    reason: str = ""
+    message: str = ""
+    node_name: str = ""
+    created_at: datetime | None = None
+    deletion_timestamp: datetime | None = None
+    failed_observed_at: datetime | None = None  # R5.2: first record that showed Failed
+    deleted: bool = False
+    faults: tuple[AttributedFault, ...] = ()
+
+
+class CrdFailure(msgspec.Struct, frozen=True):
+    """What a tracked CRD says about its own failure (R6.1) and when (R5.2)."""
+
+    code: str
+    message: str
+    at: datetime | None  # the failed condition's lastTransitionTime, if any
+
+
+class JobFacts(msgspec.Struct, frozen=True, omit_defaults=True, tag="JobFacts", tag_field="fact"):
+    """The slim state of one tracked CRD (RayJob, PyTorchJob, MPIJob, TFJob, JobSet)."""
+
+    cluster: str
+    namespace: str
+    name: str
+    uid: str
+    kind: str
+    observed_at: datetime
+    restarts: int = 0  # JobSet status.restarts
+    ray_cluster_name: str = ""
+    failure: CrdFailure | None = None
+    completed: bool = False
+    deleted: bool = False
+
+
+AttemptFact = PodFacts | JobFacts

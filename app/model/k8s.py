@@ -1,0 +1,193 @@
+"""Slim views of the Kubernetes objects the rules read.
+
+Each view decodes the object exactly as the API serves it (camelCase JSON); fields the
+rules never read are not declared, so msgspec skips them (SPEC R11.2: unknown fields,
+kinds and API versions are ignored).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+import msgspec
+
+# Kubernetes serves RFC 3339 timestamps with a zone; a naive one is malformed input.
+Timestamp = Annotated[datetime, msgspec.Meta(tz=True)]
+
+
+class _View(msgspec.Struct, rename="camel", frozen=True, omit_defaults=True):
+    pass
+
+
+class OwnerReference(_View):
+    kind: str = ""
+    name: str = ""
+    uid: str = ""
+    controller: bool = False
+
+
+class ObjectMeta(_View):
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    creation_timestamp: Timestamp | None = None
+    deletion_timestamp: Timestamp | None = None
+    owner_references: list[OwnerReference] = []
+
+
+class Condition(_View):
+    type: str = ""
+    status: str = ""
+    reason: str = ""
+    message: str = ""
+    last_transition_time: Timestamp | None = None
+
+
+# --- Pod (core/v1) -------------------------------------------------------------------
+
+
+class TerminatedState(_View):
+    exit_code: int = 0
+    reason: str = ""
+    message: str = ""
+    finished_at: Timestamp | None = None
+
+
+class RunningState(_View):
+    started_at: Timestamp | None = None
+
+
+class ContainerState(_View):
+    terminated: TerminatedState | None = None
+    running: RunningState | None = None
+
+
+class ContainerStatus(_View):
+    name: str = ""
+    state: ContainerState = ContainerState()
+
+
+class Container(_View):
+    name: str = ""
+
+
+class PodSpec(_View):
+    node_name: str = ""
+    containers: list[Container] = []
+
+
+class PodStatus(_View):
+    phase: str = ""
+    reason: str = ""
+    message: str = ""
+    container_statuses: list[ContainerStatus] = []
+
+
+class Pod(_View):
+    metadata: ObjectMeta = ObjectMeta()
+    spec: PodSpec = PodSpec()
+    status: PodStatus = PodStatus()
+
+
+# --- Event (core/v1, and events.k8s.io/v1 which maps onto the same fields) ----------
+
+
+class ObjectReference(_View):
+    kind: str = ""
+    namespace: str = ""
+    name: str = ""
+    uid: str = ""
+
+
+class EventSource(_View):
+    host: str = ""
+
+
+class EventSeries(_View):
+    count: int | None = None
+    last_observed_time: Timestamp | None = None
+
+
+class Event(_View):
+    """core/v1 Event fields, plus the events.k8s.io/v1 names for the same facts."""
+
+    metadata: ObjectMeta = ObjectMeta()
+    type: str = ""
+    reason: str = ""
+    # core/v1
+    involved_object: ObjectReference | None = None
+    message: str | None = None
+    event_time: Timestamp | None = None
+    first_timestamp: Timestamp | None = None
+    last_timestamp: Timestamp | None = None
+    count: int | None = None
+    source: EventSource | None = None
+    reporting_instance: str = ""
+    series: EventSeries | None = None
+    # events.k8s.io/v1
+    regarding: ObjectReference | None = None
+    note: str | None = None
+    deprecated_first_timestamp: Timestamp | None = None
+    deprecated_last_timestamp: Timestamp | None = None
+    deprecated_count: int | None = None
+    deprecated_source: EventSource | None = None
+
+
+# --- Tracked CRDs: RayJob, PyTorchJob, MPIJob, TFJob, JobSet -------------------------
+
+
+class ReplicatedJobStatus(_View):
+    name: str = ""
+    ready: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    active: int = 0
+
+
+class JobStatus(_View):
+    """Union of the status fields the rules read across the tracked kinds."""
+
+    conditions: list[Condition] = []
+    # JobSet
+    restarts: int = 0
+    replicated_jobs_status: list[ReplicatedJobStatus] = []
+    # RayJob
+    ray_cluster_name: str = ""
+    job_status: str = ""
+    job_deployment_status: str = ""
+    reason: str = ""
+    message: str = ""
+
+
+class JobSpec(_View):
+    suspend: bool | None = None
+
+
+class Job(_View):
+    api_version: str = ""
+    kind: str = ""
+    metadata: ObjectMeta = ObjectMeta()
+    spec: JobSpec = JobSpec()
+    status: JobStatus = JobStatus()
+
+
+# --- Kueue Workload (kueue.x-k8s.io v1beta1 / v1beta2) ------------------------------
+
+
+class WorkloadSpec(_View):
+    active: bool = True
+
+
+class WorkloadStatus(_View):
+    conditions: list[Condition] = []
+
+
+class Workload(_View):
+    api_version: str = ""
+    kind: str = ""
+    metadata: ObjectMeta = ObjectMeta()
+    spec: WorkloadSpec = WorkloadSpec()
+    status: WorkloadStatus = WorkloadStatus()

@@ -1,0 +1,134 @@
+"""Output records: every value faultline writes carries a `schema` naming its type.
+
+Field order is the wire order; encoding is deterministic (SPEC R7.3).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from app.model.k8s import Timestamp
+
+Severity = Literal["USER", "WARN", "CRITICAL"]
+FaultKind = Literal["XID", "SXID"]
+ErrorKind = Literal["USER", "SYSTEM"]
+
+# Output topics (DESIGN.md); drivers add the configured prefix.
+FAULTS = "faultline.faults"
+CLASSIFIED_FAILURES = "faultline.classified-failures"
+GANG_TRANSITIONS = "faultline.gang-transitions"
+DEAD_LETTER = "faultline.dead-letter"
+OUTPUT_TOPICS = (FAULTS, CLASSIFIED_FAILURES, GANG_TRANSITIONS, DEAD_LETTER)
+
+
+class _Record(msgspec.Struct, frozen=True):
+    pass
+
+
+class PodRef(_Record):
+    name: str
+    uid: str
+
+
+class NamespacedRef(_Record):
+    namespace: str
+    name: str
+    uid: str
+
+
+class ObjectRef(_Record):
+    kind: str
+    name: str
+    uid: str
+
+
+class GpuFault(_Record):
+    """One GPU fault as parsed from its Event (SPEC R2, R6.8)."""
+
+    kind: FaultKind
+    code: int
+    name: str
+    severity: Severity
+    gpu_uuid: str
+    gpu_index: int | None
+    pci_bus_id: str
+    node: str
+    pid: int | None
+    process: str
+    first_seen: Timestamp
+    last_seen: Timestamp
+    count: int
+    pod: PodRef
+
+
+class Fault(_Record, tag="faultline.Fault/v1", tag_field="schema"):
+    """`faultline.faults`: every trusted fault, with its pod and attempt (SPEC R2.6)."""
+
+    key: str
+    cluster: str
+    namespace: str
+    event_uid: str
+    attempt: str | None
+    fault: GpuFault
+    rules_version: str
+
+
+class ClassifiedFailure(_Record, tag="faultline.ClassifiedFailure/v1", tag_field="schema"):
+    """`faultline.classified-failures`: the verdict for a failed attempt (SPEC R6.8)."""
+
+    key: str
+    cluster: str
+    namespace: str
+    run: str
+    action: str
+    attempt: str
+    tracked: ObjectRef
+    generation: int
+    terminal: bool
+    failed_at: Timestamp
+    code: str
+    kind: ErrorKind
+    message: str
+    gpu_fault: GpuFault | None
+    faulted_pod: NamespacedRef | None
+    reasons: list[str]
+    revision: int
+    rules_version: str
+
+
+class DeadLetter(_Record, tag="faultline.DeadLetter/v1", tag_field="schema"):
+    """`faultline.dead-letter`: a source record that could not be read (SPEC R11.1)."""
+
+    topic: str
+    key: str | None
+    partition: int | None
+    offset: int | None
+    reason: str
+    value: str
+
+
+GangState = Literal["Pending", "Running", "WaitingForReadmission", "Ended", "Completed"]
+Retry = Literal["user", "system"]
+
+
+class GangTransition(_Record, tag="faultline.GangTransition/v1", tag_field="schema"):
+    """`faultline.gang-transitions`: one state change of a JobSet under Kueue (SPEC R9.11)."""
+
+    key: str
+    cluster: str
+    namespace: str
+    jobset: PodRef
+    workload: PodRef | None
+    run: str | None
+    action: str | None
+    attempt: str | None
+    from_: GangState = msgspec.field(name="from")
+    to: GangState
+    code: str | None
+    retry: Retry | None
+    reason: str
+    at: Timestamp
+    waited_seconds: float | None
+    rules_version: str

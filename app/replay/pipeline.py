@@ -1,0 +1,99 @@
+"""All stages in one process: the same folds the Faust agents run, with in-memory state.
+
+Records from stage 1 to stage 2 (the re-key topic in the streaming path) are handed over
+at once, depth first, so one input's outputs are written before the next input is read:
+the same input order always gives the same output bytes (SPEC R7.3).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import datetime, timedelta
+
+import msgspec
+
+from app.core.attempt_stage import AttemptState, attempt_expired, fold_attempt
+from app.core.emit import Emit
+from app.core.job_facts import route_job
+from app.core.pod_stage import PodState, fold_event, fold_pod, pod_state_expired
+from app.core.rules import DEFAULT_RULES, Rules
+from app.model.decode import BadRecord, decode_source
+from app.model.envelope import EVENTS, JOBS, PODS, WORKLOADS
+from app.model.facts import ATTEMPT_FACTS
+from app.model.k8s import Event, Job, Pod
+from app.model.records import DEAD_LETTER, DeadLetter
+
+# How often, in stream time, expired state is swept (R7.4).
+SWEEP_EVERY = timedelta(minutes=1)
+
+
+class Pipeline:
+    def __init__(self, rules: Rules = DEFAULT_RULES) -> None:
+        self.rules = rules
+        self.pods: dict[str, PodState] = {}
+        self.attempts: dict[str, AttemptState] = {}
+        self.stream_time: datetime | None = None
+        self._next_sweep: datetime | None = None
+        self.counts: Counter[str] = Counter()
+
+    def feed(self, topic: str, key: str | None, value: bytes, offset: int | None = None, partition: int | None = None) -> list[Emit]:
+        """One source record in, every output record it causes out (dead letters included)."""
+        self.counts["records"] += 1
+        try:
+            envelope, obj = decode_source(topic, value)
+        except BadRecord as exc:
+            self.counts["dead_letters"] += 1
+            letter = DeadLetter(
+                topic=topic, key=key, partition=partition, offset=offset, reason=str(exc), value=value.decode("utf-8", "replace")
+            )
+            return [Emit(DEAD_LETTER, key or "", letter)]
+        change, at, cluster, rules = envelope.type, envelope.observed_at, envelope.cluster, self.rules
+        if topic == PODS:
+            assert isinstance(obj, Pod)
+            uid = obj.metadata.uid
+            self.pods[uid], emits = fold_pod(self.pods.get(uid), change, at, cluster, obj, rules)
+        elif topic == EVENTS:
+            assert isinstance(obj, Event)
+            emits = self._fold_event(change, at, cluster, obj)
+        elif topic == JOBS:
+            assert isinstance(obj, Job)
+            emits = route_job(change, at, cluster, obj, rules)
+        else:
+            assert topic == WORKLOADS
+            emits = []
+        out = self._through_attempts(emits)
+        self._advance(at)
+        return out
+
+    def _fold_event(self, change, at, cluster, event: Event) -> list[Emit]:
+        regarding = event.involved_object or event.regarding
+        uid = regarding.uid if regarding is not None else ""
+        state, emits = fold_event(self.pods.get(uid), change, at, cluster, event, self.rules)
+        if state is not None:
+            self.pods[uid] = state
+        return emits
+
+    def _through_attempts(self, emits: list[Emit]) -> list[Emit]:
+        out: list[Emit] = []
+        for emit in emits:
+            if emit.topic != ATTEMPT_FACTS:
+                out.append(emit)
+                continue
+            self.attempts[emit.key], verdicts = fold_attempt(self.attempts.get(emit.key), emit.key, emit.value, self.rules)
+            out.extend(verdicts)
+        return out
+
+    def _advance(self, at: datetime) -> None:
+        """Stream time is the latest record time seen; it drives expiry (R7.4)."""
+        if self.stream_time is None or at > self.stream_time:
+            self.stream_time = at
+        if self._next_sweep is None:
+            self._next_sweep = at + SWEEP_EVERY
+        if self.stream_time < self._next_sweep:
+            return
+        self._next_sweep = self.stream_time + SWEEP_EVERY
+        now, rules = self.stream_time, self.rules
+        for uid in [u for u, s in self.pods.items() if pod_state_expired(s, now, rules)]:
+            del self.pods[uid]
+        for key in [k for k, s in self.attempts.items() if attempt_expired(s, now, rules)]:
+            del self.attempts[key]

@@ -1,0 +1,42 @@
+"""JSON Schemas of every output record, generated from the msgspec types."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from app.model.records import ClassifiedFailure, DeadLetter, Fault, GangTransition
+
+RECORD_TYPES: tuple[type, ...] = (Fault, ClassifiedFailure, GangTransition, DeadLetter)
+
+
+def schema_files() -> dict[str, bytes]:
+    """File name -> schema bytes, e.g. `faultline.Fault.v1.json`."""
+    files = {}
+    for record in RECORD_TYPES:
+        tag = record.__struct_config__.tag  # e.g. "faultline.Fault/v1"
+        schema = msgspec.json.schema(record)
+        schema["title"] = tag
+        files[tag.replace("/", ".") + ".json"] = msgspec.json.format(msgspec.json.encode(schema, order="sorted"), indent=2) + b"\n"
+    return files
+
+
+def write_schemas(directory: Path) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, content in schema_files().items():
+        path = directory / name
+        path.write_bytes(content)
+        written.append(path)
+    return written
+
+
+def drift(directory: Path) -> list[str]:
+    """Names of schema files that are missing or differ from the types."""
+    stale = []
+    for name, content in schema_files().items():
+        path = directory / name
+        if not path.exists() or path.read_bytes() != content:
+            stale.append(name)
+    return stale

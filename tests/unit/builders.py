@@ -1,0 +1,269 @@
+"""Builders of real-shaped Kubernetes JSON (as the API serves it) and source records.
+
+Every builder returns plain dicts in camelCase, so tests exercise the real decoding.
+"""
+
+from __future__ import annotations
+
+import itertools
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import orjson
+
+T0 = datetime(2026, 8, 25, 12, 0, 0, tzinfo=timezone.utc)
+CLUSTER = "prod-a"
+NS = "ml"
+NODE = "gpu-17"
+_uids = itertools.count(1)
+
+
+def ts(at: datetime) -> str:
+    text = at.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    return text
+
+
+def minutes(n: float) -> timedelta:
+    return timedelta(minutes=n)
+
+
+def uid(prefix: str = "uid") -> str:
+    return f"{prefix}-{next(_uids):06d}"
+
+
+def attempt_labels(run: str = "run-abc", action: str = "a0", attempt: str = "1") -> dict[str, str]:
+    return {"flyte.org/managed": "true", "run": run, "action": action, "attempt": attempt, "task-name": "train"}
+
+
+# --- pods -------------------------------------------------------------------------------
+
+
+def terminated(exit_code: int = 1, finished: datetime = T0, reason: str = "Error", message: str = "") -> dict:
+    state = {"exitCode": exit_code, "reason": reason, "startedAt": ts(finished - minutes(60)), "finishedAt": ts(finished)}
+    if message:
+        state["message"] = message
+    return {"terminated": state}
+
+
+def running(since: datetime = T0 - minutes(60)) -> dict:
+    return {"running": {"startedAt": ts(since)}}
+
+
+def pod(
+    name: str = "p",
+    *,
+    pod_uid: str | None = None,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    phase: str = "Running",
+    reason: str | None = None,
+    message: str | None = None,
+    node: str | None = NODE,
+    containers: dict[str, dict | None] | None = None,
+    init_containers: dict[str, dict] | None = None,
+    created: datetime = T0 - minutes(120),
+    deletion: datetime | None = None,
+    namespace: str = NS,
+) -> dict:
+    """A core/v1 Pod. `containers` maps name -> state dict (None: no status yet)."""
+    containers = containers if containers is not None else {"main": running()}
+    meta: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "uid": pod_uid or uid("pod"),
+        "resourceVersion": str(next(_uids)),
+        "creationTimestamp": ts(created),
+        "labels": labels if labels is not None else attempt_labels(),
+        "annotations": annotations or {},
+        "managedFields": [{"manager": "kubelet", "operation": "Update", "apiVersion": "v1"}],
+    }
+    if deletion is not None:
+        meta["deletionTimestamp"] = ts(deletion)
+        meta["deletionGracePeriodSeconds"] = 30
+    spec: dict[str, Any] = {
+        "containers": [
+            {"name": c, "image": "ghcr.io/acme/trainer:1.4", "resources": {"limits": {"nvidia.com/gpu": "8"}}}
+            for c in containers
+        ],
+        "restartPolicy": "Never",
+        "schedulerName": "default-scheduler",
+    }
+    if node:
+        spec["nodeName"] = node
+    statuses = []
+    for c, state in containers.items():
+        if state is None:
+            continue
+        statuses.append({"name": c, "state": state, "ready": "running" in state, "restartCount": 0, "image": "trainer", "imageID": "sha256:abc"})
+    status: dict[str, Any] = {"phase": phase, "containerStatuses": statuses, "hostIP": "10.0.0.7", "startTime": ts(created)}
+    if init_containers:
+        status["initContainerStatuses"] = [{"name": c, "state": s, "ready": False, "restartCount": 0} for c, s in init_containers.items()]
+    if reason:
+        status["reason"] = reason
+    if message:
+        status["message"] = message
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
+
+
+# --- events -------------------------------------------------------------------------------
+
+STANDARD_TAILS = "gpu_uuid=GPU-1234 gpu_index=0 pci=0000:3b:00.0"
+
+
+def xid_message(code: int, severity: str = "critical", node: str = NODE, extra: str = STANDARD_TAILS) -> str:
+    return (
+        f"[gpu-health] [{severity.upper()}] Xid {code} on GPU 0 GPU-1234. "
+        f"xid={code} severity={severity} {extra} node={node} pid=4242 process=python3"
+    )
+
+
+def sxid_message(code: int, severity: str = "critical", node: str = NODE) -> str:
+    return f"[gpu-health] [{severity.upper()}] SXid {code} on NVSwitch 0000:05:00.0. sxid={code} severity={severity} pci=0000:05:00.0 node={node}"
+
+
+def event(
+    target: dict,
+    *,
+    message: str | None = None,
+    reason: str = "GPUXidError",
+    type_: str = "Warning",
+    first: datetime = T0 - minutes(1),
+    last: datetime | None = None,
+    count: int = 1,
+    event_uid: str | None = None,
+    reporting: str | None = NODE,
+    regarding_uid: str | None = None,
+    code: int = 79,
+    severity: str = "critical",
+) -> dict:
+    """A core/v1 Event about `target` (a pod dict)."""
+    meta = target["metadata"]
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {
+            "name": f"{meta['name']}.{next(_uids):x}",
+            "namespace": meta["namespace"],
+            "uid": event_uid or uid("ev"),
+            "creationTimestamp": ts(first),
+        },
+        "involvedObject": {
+            "kind": "Pod",
+            "namespace": meta["namespace"],
+            "name": meta["name"],
+            "uid": meta["uid"] if regarding_uid is None else regarding_uid,
+            "apiVersion": "v1",
+        },
+        "reason": reason,
+        "message": message if message is not None else xid_message(code, severity),
+        "type": type_,
+        "firstTimestamp": ts(first),
+        "lastTimestamp": ts(last or first),
+        "count": count,
+        "source": {"component": "gpu-health-agent", "host": reporting} if reporting else {"component": "gpu-health-agent"},
+        "reportingComponent": "gpu-health-agent",
+        "reportingInstance": reporting or "",
+        "eventTime": None,
+    }
+    return body
+
+
+# --- CRDs ----------------------------------------------------------------------------------
+
+
+def condition(type_: str, reason: str = "", message: str = "", at: datetime = T0, status: str = "True") -> dict:
+    return {"type": type_, "status": status, "reason": reason, "message": message, "lastTransitionTime": ts(at), "lastUpdateTime": ts(at)}
+
+
+def _crd(api_version: str, kind: str, name: str, labels: dict | None, status: dict, job_uid: str | None, spec: dict | None = None) -> dict:
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": {
+            "name": name,
+            "namespace": NS,
+            "uid": job_uid or uid(kind.lower()),
+            "creationTimestamp": ts(T0 - minutes(130)),
+            "labels": labels if labels is not None else attempt_labels(),
+            "generation": 1,
+        },
+        "spec": spec or {},
+        "status": status,
+    }
+
+
+def jobset(name: str = "js", *, restarts: int = 0, conditions: list[dict] | None = None, labels=None, job_uid=None, suspend=False) -> dict:
+    status: dict[str, Any] = {"conditions": conditions or [], "replicatedJobsStatus": [{"name": "workers", "ready": 2, "succeeded": 0, "failed": 0, "active": 2, "suspended": 0}]}
+    if restarts:
+        status["restarts"] = restarts
+    spec = {"suspend": suspend, "replicatedJobs": [{"name": "workers", "replicas": 2}], "failurePolicy": {"maxRestarts": 3}}
+    return _crd("jobset.x-k8s.io/v1alpha2", "JobSet", name, labels, status, job_uid, spec)
+
+
+def kubeflow(kind: str = "MPIJob", name: str = "mpi", *, conditions: list[dict] | None = None, labels=None, job_uid=None) -> dict:
+    version = "kubeflow.org/v2beta1" if kind == "MPIJob" else "kubeflow.org/v1"
+    return _crd(version, kind, name, labels, {"conditions": conditions or [], "replicaStatuses": {"Worker": {"active": 2}}}, job_uid)
+
+
+def rayjob(name: str = "rj", *, cluster_name: str = "", job_status: str = "RUNNING", deployment: str = "Running", reason: str = "", message: str = "", labels=None, job_uid=None) -> dict:
+    status: dict[str, Any] = {"jobStatus": job_status, "jobDeploymentStatus": deployment, "jobId": "raysubmit_1"}
+    if cluster_name:
+        status["rayClusterName"] = cluster_name
+    if reason:
+        status["reason"] = reason
+    if message:
+        status["message"] = message
+    return _crd("ray.io/v1", "RayJob", name, labels, status, job_uid)
+
+
+def child_labels(operator: dict[str, str], **attempt: str) -> dict[str, str]:
+    return {**attempt_labels(**attempt), **operator}
+
+
+def jobset_pod_labels(jobset_name: str = "js", restart_attempt: int = 0, **attempt: str) -> dict[str, str]:
+    return child_labels(
+        {
+            "jobset.sigs.k8s.io/jobset-name": jobset_name,
+            "jobset.sigs.k8s.io/replicatedjob-name": "workers",
+            "jobset.sigs.k8s.io/restart-attempt": str(restart_attempt),
+            "batch.kubernetes.io/job-name": f"{jobset_name}-workers-0",
+        },
+        **attempt,
+    )
+
+
+def kubeflow_pod_labels(job_name: str = "mpi", replica: str = "worker", **attempt: str) -> dict[str, str]:
+    return child_labels(
+        {"training.kubeflow.org/job-name": job_name, "training.kubeflow.org/replica-type": replica, "training.kubeflow.org/operator-name": "mpijob-controller"},
+        **attempt,
+    )
+
+
+def ray_pod_labels(cluster: str, **attempt: str) -> dict[str, str]:
+    return child_labels({"ray.io/cluster": cluster, "ray.io/node-type": "worker"}, **attempt)
+
+
+# --- source records -----------------------------------------------------------------------
+
+TOPIC_OF_KIND = {"Pod": "k8s.pods", "Event": "k8s.events", "Workload": "k8s.workloads"}
+
+
+def record(obj: dict, observed_at: datetime, change: str = "MODIFIED", cluster: str = CLUSTER) -> dict:
+    """A trace line: {"topic", "key", "value": envelope}."""
+    kind = obj["kind"]
+    topic = TOPIC_OF_KIND.get(kind, "k8s.jobs")
+    key = obj["involvedObject"]["uid"] if kind == "Event" else obj["metadata"]["uid"]
+    envelope = {"type": change, "observed_at": ts(observed_at), "cluster": cluster, "object": obj}
+    return {"topic": topic, "key": key, "value": envelope}
+
+
+def trace_bytes(records: list[dict]) -> bytes:
+    return b"".join(orjson.dumps(r) + b"\n" for r in records)
+
+
+def updated(obj: dict, **status_changes: Any) -> dict:
+    """A copy of a pod/CRD with status fields replaced."""
+    copy = orjson.loads(orjson.dumps(obj))
+    copy["status"].update(status_changes)
+    copy["metadata"]["resourceVersion"] = str(next(_uids))
+    return copy
