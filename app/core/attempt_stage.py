@@ -2,9 +2,11 @@
 resource, and keep its verdicts current (SPEC R4–R8).
 
 The verdicts are a pure function of the state (`verdicts_of`), so the final verdict
-depends only on the set of facts seen, never on their order (R7.1). The fold emits a
-verdict whenever it differs from the last one emitted for the same slot, with the next
-revision (R7.2); an identical recomputation emits nothing.
+depends only on the set of facts seen, never on their order (R7.1). The attempt's
+current verdict is the last of them (earlier generations ride in its `reasons`, R8); the
+fold emits it whenever it differs from the last one emitted, with the next revision
+(R7.2). An identical recomputation emits nothing. So the latest record per key on the
+compacted topic is always the attempt's current verdict.
 """
 
 from __future__ import annotations
@@ -35,14 +37,12 @@ class AttemptState(msgspec.Struct):
     job_failed_seen_at: datetime | None = None  # R5.2: first record that showed the failure
     restart_seen_at: dict[int, datetime] = {}  # R8.1: generation N -> when restarts passed N
     pods: dict[str, PodFacts] = {}
-    emitted: dict[str, ClassifiedFailure] = {}  # slot -> last verdict emitted for it
-    next_revision: int = 0
+    emitted: ClassifiedFailure | None = None  # the last verdict emitted for this key
 
 
 class _Verdict(msgspec.Struct, frozen=True):
     """A verdict before it gets its revision."""
 
-    slot: str
     tracked: ObjectRef
     generation: int
     terminal: bool
@@ -91,7 +91,7 @@ def _crd_verdicts(state: AttemptState, job: JobFacts, rules: Rules) -> list[_Ver
         )
         relevant = _relevant_faults(_child_pods(state, job, generation), failed_at, True, rules)
         outcome = classify(base, relevant, job.namespace)
-        verdicts.append(_Verdict(f"generation/{generation}", tracked, generation, False, failed_at, outcome, tuple(carried)))
+        verdicts.append(_Verdict(tracked, generation, False, failed_at, outcome, tuple(carried)))
         carried.append(_carried_line(f"generation {generation}", outcome))
     failed_at = crd_failed_at(job, state.job_failed_seen_at)
     if job.failure is not None and failed_at is not None:
@@ -99,7 +99,7 @@ def _crd_verdicts(state: AttemptState, job: JobFacts, rules: Rules) -> list[_Ver
         base = BaseFailure(job.failure.code, "USER", job.failure.message)
         relevant = _relevant_faults(_child_pods(state, job, generation), failed_at, True, rules)
         outcome = classify(base, relevant, job.namespace)
-        verdicts.append(_Verdict("final", tracked, generation, True, failed_at, outcome, tuple(carried)))
+        verdicts.append(_Verdict(tracked, generation, True, failed_at, outcome, tuple(carried)))
     return verdicts
 
 
@@ -122,7 +122,7 @@ def _pod_task_verdicts(state: AttemptState, rules: Rules) -> list[_Verdict]:
         outcome = classify(pod_base_failure(pod), relevant, None)
         terminal = index == len(tries) - 1  # R8.2: a newer pod of the attempt makes it non-terminal
         tracked = ObjectRef(kind="Pod", name=pod.name, uid=pod.uid)
-        verdicts.append(_Verdict(f"pod/{pod.uid}", tracked, 0, terminal, failed_at, outcome, tuple(carried)))
+        verdicts.append(_Verdict(tracked, 0, terminal, failed_at, outcome, tuple(carried)))
         carried.append(_carried_line(f"pod {pod.name}", outcome))
     return verdicts
 
@@ -196,16 +196,16 @@ def fold_attempt(
     state.last_activity = max(state.last_activity, fact.observed_at)
     if not _may_have_failed(state):
         return state, []
-    emits: list[Emit] = []
-    for verdict in verdicts_of(state, rules):
-        record = _record(key, verdict, state.next_revision, rules)
-        last = state.emitted.get(verdict.slot)
-        if last is not None and msgspec.structs.replace(last, revision=record.revision) == record:
-            continue  # R7.2: an identical recomputation emits nothing
-        state.emitted[verdict.slot] = record
-        state.next_revision += 1
-        emits.append(Emit(CLASSIFIED_FAILURES, key, record))
-    return state, emits
+    verdicts = verdicts_of(state, rules)
+    if not verdicts:
+        return state, []
+    last = state.emitted
+    revision = last.revision + 1 if last is not None else 0
+    record = _record(key, verdicts[-1], revision, rules)
+    if last is not None and msgspec.structs.replace(last, revision=revision) == record:
+        return state, []  # R7.2: an identical recomputation emits nothing
+    state.emitted = record
+    return state, [Emit(CLASSIFIED_FAILURES, key, record)]
 
 
 def attempt_expired(state: AttemptState, stream_time: datetime, rules: Rules) -> bool:

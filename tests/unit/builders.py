@@ -155,7 +155,7 @@ def event(
             "apiVersion": "v1",
         },
         "reason": reason,
-        "message": message if message is not None else xid_message(code, severity),
+        "message": message if message is not None else xid_message(code, severity, node=reporting or NODE),
         "type": type_,
         "firstTimestamp": ts(first),
         "lastTimestamp": ts(last or first),

@@ -1,0 +1,169 @@
+"""Whole attempt histories, as the bridge would record them: the examples, the property
+tests and the benchmarks all draw on these."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from tests.unit.builders import (
+    T0,
+    attempt_labels,
+    condition,
+    event,
+    jobset,
+    jobset_pod_labels,
+    kubeflow,
+    kubeflow_pod_labels,
+    minutes,
+    pod,
+    ray_pod_labels,
+    rayjob,
+    record,
+    running,
+    terminated,
+    updated,
+)
+
+
+def _failed(p: dict, exit_code: int, at: datetime, reason: str = "Error") -> dict:
+    names = [c["name"] for c in p["spec"]["containers"]]
+    return updated(p, phase="Failed", containerStatuses=[{"name": n, "state": terminated(exit_code, at, reason)} for n in names])
+
+
+def _succeeded(p: dict, at: datetime) -> dict:
+    names = [c["name"] for c in p["spec"]["containers"]]
+    return updated(p, phase="Succeeded", containerStatuses=[{"name": n, "state": terminated(0, at, "Completed")} for n in names])
+
+
+def pod_task_nvlink(run: str = "nightly-7f3a", t0: datetime = T0) -> list[dict]:
+    """A pod task killed after an NVLink Xid 74 on its GPU."""
+    labels = attempt_labels(run=run, action="train", attempt="1")
+    p = pod(f"{run}-train-1", labels=labels, containers={"main": running(t0 - minutes(60))}, created=t0 - minutes(61))
+    xid74 = event(p, code=74, first=t0 - minutes(2), last=t0 - minutes(1), count=3)
+    return [
+        record(pod(f"{run}-train-1", pod_uid=p["metadata"]["uid"], labels=labels, containers={"main": None}, created=t0 - minutes(61)), t0 - minutes(61), "ADDED"),
+        record(p, t0 - minutes(60)),
+        record(event(p, code=74, first=t0 - minutes(2), event_uid=xid74["metadata"]["uid"]), t0 - minutes(2), "ADDED"),
+        record(xid74, t0 - minutes(1)),
+        record(_failed(p, 137, t0, "Error"), t0 + minutes(0.1)),
+        record(_failed(p, 137, t0, "Error"), t0 + minutes(5), "DELETED"),
+    ]
+
+
+def pod_task_plain_failure(run: str = "etl-19", t0: datetime = T0) -> list[dict]:
+    """A pod task that fails on its own, no GPU fault anywhere."""
+    labels = attempt_labels(run=run, action="prep", attempt="2")
+    p = pod(f"{run}-prep-2", labels=labels, containers={"main": running(t0 - minutes(30))}, created=t0 - minutes(31))
+    return [record(p, t0 - minutes(30), "ADDED"), record(_failed(p, 1, t0), t0 + minutes(0.05))]
+
+
+def pod_task_restarted_in_place(run: str = "sweep-3", t0: datetime = T0) -> list[dict]:
+    """R8.2: the first pod dies of a user Xid 31, a new pod of the same attempt succeeds."""
+    labels = attempt_labels(run=run, action="fit", attempt="1")
+    first = pod(f"{run}-fit-1-a", labels=labels, containers={"main": running(t0 - minutes(40))}, created=t0 - minutes(41))
+    second = pod(f"{run}-fit-1-b", labels=labels, containers={"main": running(t0 + minutes(1))}, created=t0 + minutes(1))
+    return [
+        record(first, t0 - minutes(40), "ADDED"),
+        record(event(first, code=31, severity="user", first=t0 - minutes(1)), t0 - minutes(1), "ADDED"),
+        record(_failed(first, 1, t0), t0 + minutes(0.1)),
+        record(second, t0 + minutes(1), "ADDED"),
+        record(_succeeded(second, t0 + minutes(30)), t0 + minutes(30)),
+    ]
+
+
+def mpijob_row_remap(run: str = "llm-pretrain-42", t0: datetime = T0) -> list[dict]:
+    """An MPIJob whose launcher fails after worker 2 recorded an Xid 63."""
+    labels = attempt_labels(run=run, action="pretrain", attempt="1")
+    name = f"{run}-pretrain"
+    job = kubeflow("MPIJob", name, labels=labels)
+    out = [record(job, t0 - minutes(50), "ADDED")]
+    workers = []
+    for i in range(4):
+        w = pod(f"{name}-worker-{i}", labels={**kubeflow_pod_labels(name), **labels}, node=f"gpu-{20 + i}", containers={"main": running(t0 - minutes(45))}, created=t0 - minutes(46))
+        workers.append(w)
+        out.append(record(w, t0 - minutes(45), "ADDED"))
+    launcher = pod(f"{name}-launcher", labels={**kubeflow_pod_labels(name, replica="launcher"), **labels}, node="cpu-1", containers={"launcher": running(t0 - minutes(44))})
+    out.append(record(launcher, t0 - minutes(44), "ADDED"))
+    out.append(record(event(workers[2], code=63, first=t0 - minutes(4), reporting="gpu-22"), t0 - minutes(4), "ADDED"))
+    out.append(record(event(workers[0], code=92, severity="warn", first=t0 - minutes(20), reporting="gpu-20"), t0 - minutes(20), "ADDED"))
+    out.append(record(_failed(launcher, 1, t0 - minutes(0.5)), t0 - minutes(0.4)))
+    failed = updated(job, conditions=[condition("Created", "MPIJobCreated", "", t0 - minutes(50)), condition("Failed", "MPIJobFailed", f"MPIJob ml/{name} has failed because 1 Launcher replica(s) failed.", t0)])
+    out.append(record(failed, t0 + minutes(0.1)))
+    for w in workers:
+        out.append(record(w, t0 + minutes(1), "DELETED"))
+    return out
+
+
+def jobset_restart_then_complete(run: str = "vision-ft-8", t0: datetime = T0) -> list[dict]:
+    """A JobSet that restarts once after an Xid 94 on one worker, then completes."""
+    labels = attempt_labels(run=run, action="finetune", attempt="1")
+    name = f"{run}-finetune"
+    js = jobset(name, labels=labels)
+    out = [record(js, t0 - minutes(60), "ADDED")]
+    gen0 = [pod(f"{name}-workers-0-{i}", labels={**jobset_pod_labels(name, 0), **labels}, node=f"gpu-{30 + i}", containers={"main": running(t0 - minutes(55))}) for i in range(2)]
+    out += [record(w, t0 - minutes(55), "ADDED") for w in gen0]
+    out.append(record(event(gen0[1], code=94, first=t0 - minutes(1), reporting="gpu-31"), t0 - minutes(1), "ADDED"))
+    out.append(record(_failed(gen0[1], 1, t0 - minutes(0.5)), t0 - minutes(0.4)))
+    out.append(record(updated(js, restarts=1), t0))
+    out += [record(w, t0 + minutes(0.2), "DELETED") for w in gen0]
+    gen1 = [pod(f"{name}-workers-0-{i}", labels={**jobset_pod_labels(name, 1), **labels}, node=f"gpu-{40 + i}", containers={"main": running(t0 + minutes(2))}, created=t0 + minutes(1)) for i in range(2)]
+    out += [record(w, t0 + minutes(2), "ADDED") for w in gen1]
+    out += [record(_succeeded(w, t0 + minutes(50)), t0 + minutes(50)) for w in gen1]
+    out.append(record(updated(js, restarts=1, conditions=[condition("Completed", "AllJobsCompleted", "jobset completed successfully", t0 + minutes(51))]), t0 + minutes(51)))
+    return out
+
+
+def jobset_restart_then_fail(run: str = "rl-agent-5", t0: datetime = T0) -> list[dict]:
+    """A JobSet whose first generation dies of Xid 79 and whose second fails on its own."""
+    labels = attempt_labels(run=run, action="rollout", attempt="3")
+    name = f"{run}-rollout"
+    js = jobset(name, labels=labels)
+    w0 = pod(f"{name}-workers-0-0", labels={**jobset_pod_labels(name, 0), **labels}, containers={"main": running(t0 - minutes(30))})
+    w1 = pod(f"{name}-workers-0-0", labels={**jobset_pod_labels(name, 1), **labels}, containers={"main": running(t0 + minutes(1))}, created=t0 + minutes(1))
+    return [
+        record(js, t0 - minutes(35), "ADDED"),
+        record(w0, t0 - minutes(30), "ADDED"),
+        record(event(w0, code=79, first=t0 - minutes(2)), t0 - minutes(2), "ADDED"),
+        record(updated(js, restarts=1), t0),
+        record(w1, t0 + minutes(1), "ADDED"),
+        record(_failed(w1, 2, t0 + minutes(9)), t0 + minutes(9)),
+        record(updated(js, restarts=1, conditions=[condition("Failed", "ReachedMaxRestarts", "jobset failed due to reaching max number of restarts", t0 + minutes(10))]), t0 + minutes(10)),
+    ]
+
+
+def rayjob_user_fault(run: str = "rl-9", t0: datetime = T0) -> list[dict]:
+    """A RayJob whose worker's kernel faulted its GPU (Xid 13, the user's)."""
+    labels = attempt_labels(run=run, action="tune", attempt="1")
+    rj = rayjob(f"{run}-tune", labels=labels)
+    cluster = f"{run}-tune-raycluster-x7k2p"
+    worker = pod(f"{cluster}-worker-0", labels={**ray_pod_labels(cluster), **labels}, containers={"ray-worker": running(t0 - minutes(20))})
+    return [
+        record(rj, t0 - minutes(25), "ADDED"),
+        record(updated(rj, rayClusterName=cluster), t0 - minutes(24)),
+        record(worker, t0 - minutes(20), "ADDED"),
+        record(event(worker, code=13, severity="user", first=t0 - minutes(1)), t0 - minutes(1), "ADDED"),
+        record(updated(rj, rayClusterName=cluster, jobStatus="FAILED", jobDeploymentStatus="Failed", reason="AppFailed", message="Job entrypoint command failed with exit code 1"), t0),
+    ]
+
+
+def late_fault(run: str = "late-1", t0: datetime = T0) -> list[dict]:
+    """R7.2: the fault Event reaches the log after the verdict was emitted."""
+    labels = attempt_labels(run=run, action="eval", attempt="1")
+    p = pod(f"{run}-eval-1", labels=labels, containers={"main": running(t0 - minutes(10))})
+    return [
+        record(p, t0 - minutes(10), "ADDED"),
+        record(_failed(p, 1, t0), t0 + minutes(0.1)),
+        record(event(p, code=48, first=t0 - minutes(0.5), last=t0 + minutes(1)), t0 + minutes(1.5), "ADDED"),
+    ]
+
+
+STORIES = {
+    "pod-task-nvlink": pod_task_nvlink,
+    "pod-task-plain": pod_task_plain_failure,
+    "pod-task-restarted": pod_task_restarted_in_place,
+    "mpijob-row-remap": mpijob_row_remap,
+    "jobset-restart-complete": jobset_restart_then_complete,
+    "jobset-restart-fail": jobset_restart_then_fail,
+    "rayjob-user-fault": rayjob_user_fault,
+    "late-fault": late_fault,
+}
