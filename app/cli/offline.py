@@ -65,15 +65,28 @@ def run_replay(args: argparse.Namespace) -> int:
     return _finish(pipeline)
 
 
-def describe_verdict(v: ClassifiedFailure) -> str:
+def describe_fault(v: ClassifiedFailure) -> str:
     fault = v.gpu_fault
-    evidence = "no GPU fault"
-    if fault is not None:
-        gpu = f" GPU {fault.gpu_index}" if fault.gpu_index is not None else ""
-        evidence = f"{fault.name} [{fault.severity}] on {fault.node or '?'}{gpu}"
-    pod = f"  pod {v.faulted_pod.name}" if v.faulted_pod else ""
-    state = "" if v.terminal else "  (not terminal: restarted)"
-    return f"{v.key}  {v.code}  {v.kind}  {evidence}{pod}{state}"
+    if fault is None:
+        return "-"
+    label = "SXid" if fault.kind == "SXID" else "Xid"
+    gpu = f"/gpu{fault.gpu_index}" if fault.gpu_index is not None else ""
+    return f"{label} {fault.code} {fault.severity} {fault.node or '?'}{gpu}"
+
+
+def verdict_rows(verdicts: list[ClassifiedFailure]) -> list[str]:
+    """One aligned line per attempt, then its reasons indented beneath it."""
+    header = ("ATTEMPT", "CODE", "KIND", "GPU FAULT", "POD", "")
+    rows = [header]
+    for v in verdicts:
+        state = "" if v.terminal else f"restarted in place (generation {v.generation})"
+        rows.append((v.key, v.code, v.kind, describe_fault(v), v.faulted_pod.name if v.faulted_pod else "-", state))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = []
+    for row, v in zip(rows, [None, *verdicts]):
+        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+        lines.extend(f"    {reason}" for reason in (v.reasons if v is not None else []))
+    return lines
 
 
 def describe_transition(t: GangTransition) -> str:
@@ -94,12 +107,12 @@ def run_classify(args: argparse.Namespace) -> int:
             transitions.append(emit.value)
         elif emit.topic == DEAD_LETTER:
             _report_dead_letter(emit)
-    for verdict in verdicts.values():
-        print(describe_verdict(verdict))
-        for reason in verdict.reasons:
-            print(f"    {reason}")
-    for transition in transitions:
-        print(describe_transition(transition))
+    if verdicts:
+        print("\n".join(verdict_rows(list(verdicts.values()))))
+    if transitions:
+        print("\nGANG TRANSITIONS")
+        for transition in transitions:
+            print(describe_transition(transition))
     if not verdicts and not transitions:
         print("no failed attempt in this trace")
     return _finish(pipeline)

@@ -27,6 +27,12 @@ def minutes(n: float) -> timedelta:
     return timedelta(minutes=n)
 
 
+def reset_ids() -> None:
+    """Start uids and resourceVersions again from 1, so generated traces are reproducible."""
+    global _uids
+    _uids = itertools.count(1)
+
+
 def uid(prefix: str = "uid") -> str:
     return f"{prefix}-{next(_uids):06d}"
 
