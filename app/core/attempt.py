@@ -31,4 +31,4 @@ def attempt_of(cluster: str, namespace: str, labels: dict[str, str], rules: Rule
 
 def is_child_pod(labels: dict[str, str], rules: Rules) -> bool:
     """A pod an operator or a batch Job created is a child pod, never a pod task's own."""
-    return any(key in labels for key in rules.child_pod_labels)
+    return not labels.keys().isdisjoint(rules.child_pod_labels)

@@ -6,11 +6,9 @@ from typing import Final
 
 from app.model.facts import ContainerFacts, JobFacts, PodFacts
 
-RAY_CLUSTER: Final = "ray.io/cluster"
-KUBEFLOW_JOB_NAME: Final = "training.kubeflow.org/job-name"
-JOBSET_NAME: Final = "jobset.sigs.k8s.io/jobset-name"
-JOBSET_RESTART_ATTEMPT: Final = "jobset.sigs.k8s.io/restart-attempt"
-SELECTOR_LABELS: Final = (RAY_CLUSTER, KUBEFLOW_JOB_NAME, JOBSET_NAME, JOBSET_RESTART_ATTEMPT)
+from app.core.rules import OPERATOR_SELECTOR_LABELS
+
+RAY_CLUSTER, KUBEFLOW_JOB_NAME, JOBSET_NAME, JOBSET_RESTART_ATTEMPT = OPERATOR_SELECTOR_LABELS
 
 KUBEFLOW_KINDS: Final = frozenset({"PyTorchJob", "MPIJob", "TFJob"})
 TRACKED_KINDS: Final = frozenset({"RayJob", "JobSet"}) | KUBEFLOW_KINDS

@@ -13,13 +13,13 @@ import msgspec
 
 from app.core import xid
 from app.core.attempt import attempt_of, is_child_pod
-from app.core.child_pods import SELECTOR_LABELS, declared_primary
+from app.core.child_pods import declared_primary
 from app.core.emit import Emit
 from app.core.fault_events import FaultEvent, fault_event_of, is_trusted, merge_updates
 from app.core.rules import Rules
 from app.model.envelope import ChangeType
 from app.model.facts import ATTEMPT_FACTS, AttributedFault, ContainerFacts, PodFacts
-from app.model.k8s import Event, Pod
+from app.model.k8s import ContainerStatus, Event, Pod
 from app.model.records import FAULTS, Fault, GpuFault, PodRef
 
 
@@ -27,43 +27,44 @@ class PodState(msgspec.Struct):
     uid: str
     cluster: str
     last_activity: datetime
-    pod: PodFacts | None = None  # the latest pod view, without faults
+    pod: PodFacts | None = None  # the latest pod view with its trusted faults, as forwarded
     faults: dict[str, FaultEvent] = {}  # every fault Event naming this uid, by event uid
 
 
 # --- building the slim view --------------------------------------------------------------
 
 
+def _container_facts(name: str, status: ContainerStatus | None) -> ContainerFacts:
+    terminated = status.state.terminated if status is not None else None
+    if terminated is None:
+        return ContainerFacts(name=name, reported=status is not None)
+    return ContainerFacts(
+        name=name,
+        reported=True,
+        terminated=True,
+        exit_code=terminated.exit_code,
+        reason=terminated.reason,
+        message=terminated.message,
+        finished_at=terminated.finished_at,
+    )
+
+
 def _containers(pod: Pod) -> tuple[ContainerFacts, ...]:
-    statuses = {s.name: s for s in pod.status.container_statuses}
-    names = [c.name for c in pod.spec.containers]
-    names += [name for name in statuses if name not in names]
-    facts = []
-    for name in names:
-        status = statuses.get(name)
-        terminated = status.state.terminated if status is not None else None
-        if terminated is None:
-            facts.append(ContainerFacts(name=name, reported=status is not None))
-            continue
-        facts.append(
-            ContainerFacts(
-                name=name,
-                reported=True,
-                terminated=True,
-                exit_code=terminated.exit_code,
-                reason=terminated.reason,
-                message=terminated.message,
-                finished_at=terminated.finished_at,
-            )
-        )
-    return tuple(facts)
+    """Regular containers in spec order, each with its current status (if reported)."""
+    specs, statuses = pod.spec.containers, pod.status.container_statuses
+    if len(specs) == len(statuses) and all(c.name == s.name for c, s in zip(specs, statuses)):
+        return tuple(_container_facts(s.name, s) for s in statuses)  # the usual shape
+    by_name = {s.name: s for s in statuses}
+    names = [c.name for c in specs]
+    names += [name for name in by_name if name not in names]
+    return tuple(_container_facts(name, by_name.get(name)) for name in names)
 
 
 def pod_facts_of(
     change: ChangeType, observed_at: datetime, cluster: str, pod: Pod, previous: PodFacts | None, rules: Rules
 ) -> PodFacts:
     meta = pod.metadata
-    read = (rules.labels.managed, rules.labels.run, rules.labels.action, rules.labels.attempt, *SELECTOR_LABELS)
+    labels = meta.labels
     failed_at = previous.failed_observed_at if previous is not None else None
     if failed_at is None and pod.status.phase == "Failed":
         failed_at = observed_at  # R5.2: the record that first showed Failed
@@ -72,9 +73,9 @@ def pod_facts_of(
         namespace=meta.namespace,
         name=meta.name,
         uid=meta.uid,
-        observed_at=observed_at,
-        labels={k: meta.labels[k] for k in read if k in meta.labels},
-        is_child=is_child_pod(meta.labels, rules),
+        observed_at=previous.observed_at if previous is not None else observed_at,
+        labels={k: labels[k] for k in rules.pod_labels_read if k in labels},
+        is_child=is_child_pod(labels, rules),
         primary_container=declared_primary(meta.annotations),
         containers=_containers(pod),
         phase=pod.status.phase,
@@ -108,58 +109,52 @@ def gpu_fault_of(event: FaultEvent, pod_name: str) -> GpuFault:
     )
 
 
-# --- the derived view and what changed -------------------------------------------------
+# --- the forwarded view and what changed ------------------------------------------------
 
 
-def _trusted(state: PodState, rules: Rules) -> tuple[AttributedFault, ...]:
-    pod = state.pod
-    if pod is None:
-        return ()  # held until the pod is known
+def _trusted(facts: PodFacts, faults: dict[str, FaultEvent], rules: Rules) -> tuple[AttributedFault, ...]:
     return tuple(
-        AttributedFault(event_uid=uid, fault=gpu_fault_of(event, pod.name))
-        for uid, event in sorted(state.faults.items())
-        if is_trusted(event, pod.uid, pod.node_name, rules.node_trust)
+        AttributedFault(event_uid=uid, fault=gpu_fault_of(event, facts.name))
+        for uid, event in sorted(faults.items())
+        if is_trusted(event, facts.uid, facts.node_name, rules.node_trust)
     )
 
 
-def _derived(state: PodState | None, rules: Rules) -> PodFacts | None:
-    if state is None or state.pod is None:
-        return None
-    return msgspec.structs.replace(state.pod, faults=_trusted(state, rules))
+def _with_faults(facts: PodFacts, faults: dict[str, FaultEvent], rules: Rules) -> PodFacts:
+    if not faults and not facts.faults:
+        return facts
+    return msgspec.structs.replace(facts, faults=_trusted(facts, faults, rules))
 
 
-def _same_apart_from_time(a: PodFacts | None, b: PodFacts) -> bool:
-    return a is not None and msgspec.structs.replace(a, observed_at=b.observed_at) == b
+def _forward(previous: PodFacts | None, facts: PodFacts, observed_at: datetime, rules: Rules) -> tuple[PodFacts, list[Emit]]:
+    """The facts to keep, and what to emit when they changed (nothing when they did not).
 
-
-def _changes(before: PodFacts | None, after: PodFacts | None, rules: Rules) -> list[Emit]:
-    if after is None or _same_apart_from_time(before, after):
-        return []
-    attempt = attempt_of(after.cluster, after.namespace, after.labels, rules)
+    `facts` carries the previous `observed_at`, so a record that changes nothing compares
+    equal; only a change is stamped with the time of the record that made it."""
+    if facts == previous:
+        return previous, []
+    facts = msgspec.structs.replace(facts, observed_at=observed_at)
+    attempt = attempt_of(facts.cluster, facts.namespace, facts.labels, rules)
     emits: list[Emit] = []
-    old = {f.event_uid: f for f in before.faults} if before is not None else {}
-    for attributed in after.faults:
-        if old.get(attributed.event_uid) == attributed and before is not None and before.labels == after.labels:
+    old = {f.event_uid: f for f in previous.faults} if previous is not None else {}
+    relabelled = previous is None or previous.labels != facts.labels
+    for attributed in facts.faults:
+        if not relabelled and old.get(attributed.event_uid) == attributed:
             continue
-        key = f"{after.cluster}/{attributed.event_uid}"
-        emits.append(
-            Emit(
-                FAULTS,
-                key,
-                Fault(
-                    key=key,
-                    cluster=after.cluster,
-                    namespace=after.namespace,
-                    event_uid=attributed.event_uid,
-                    attempt=attempt.key if attempt is not None else None,
-                    fault=attributed.fault,
-                    rules_version=rules.version,
-                ),
-            )
+        key = f"{facts.cluster}/{attributed.event_uid}"
+        fault = Fault(
+            key=key,
+            cluster=facts.cluster,
+            namespace=facts.namespace,
+            event_uid=attributed.event_uid,
+            attempt=attempt.key if attempt is not None else None,
+            fault=attributed.fault,
+            rules_version=rules.version,
         )
+        emits.append(Emit(FAULTS, key, fault))
     if attempt is not None:
-        emits.append(Emit(ATTEMPT_FACTS, attempt.key, after))
-    return emits
+        emits.append(Emit(ATTEMPT_FACTS, attempt.key, facts))
+    return facts, emits
 
 
 # --- the folds ---------------------------------------------------------------------------
@@ -171,14 +166,13 @@ def fold_pod(
     uid = pod.metadata.uid
     if not uid:
         return state, []
-    before = _derived(state, rules)
-    previous = state.pod if state is not None else None
-    facts = pod_facts_of(change, observed_at, cluster, pod, previous, rules)
     if state is None:
         state = PodState(uid=uid, cluster=cluster, last_activity=observed_at)
-    state.pod = facts
+    previous = state.pod
+    facts = _with_faults(pod_facts_of(change, observed_at, cluster, pod, previous, rules), state.faults, rules)
+    state.pod, emits = _forward(previous, facts, observed_at, rules)
     state.last_activity = max(state.last_activity, observed_at)
-    return state, _changes(before, _derived(state, rules), rules)
+    return state, emits
 
 
 def fold_event(
@@ -188,13 +182,16 @@ def fold_event(
     fault = fault_event_of(event)
     if fault is None:
         return state, []
-    before = _derived(state, rules)
     if state is None:
         state = PodState(uid=fault.pod_uid, cluster=cluster, last_activity=observed_at)
     known = state.faults.get(fault.event_uid)
-    state.faults = {**state.faults, fault.event_uid: merge_updates(known, fault) if known else fault}
+    state.faults[fault.event_uid] = merge_updates(known, fault) if known else fault
     state.last_activity = max(state.last_activity, observed_at)
-    return state, _changes(before, _derived(state, rules), rules)
+    previous = state.pod
+    if previous is None:
+        return state, []  # held until the pod is known (R7.1)
+    state.pod, emits = _forward(previous, _with_faults(previous, state.faults, rules), observed_at, rules)
+    return state, emits
 
 
 def pod_state_expired(state: PodState, stream_time: datetime, rules: Rules) -> bool:

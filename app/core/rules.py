@@ -28,6 +28,15 @@ DEFAULT_CHILD_POD_LABELS = (
 )
 
 
+# R4.2: the operator labels a child pod is selected by.
+OPERATOR_SELECTOR_LABELS = (
+    "ray.io/cluster",
+    "training.kubeflow.org/job-name",
+    "jobset.sigs.k8s.io/jobset-name",
+    "jobset.sigs.k8s.io/restart-attempt",
+)
+
+
 class AttemptLabels(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """The label keys that identify an attempt (SPEC R1), configurable."""
 
@@ -63,6 +72,12 @@ class Rules(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True):
     @cached_property
     def retention(self) -> timedelta:
         return timedelta(seconds=self.retention_seconds)
+
+    @cached_property
+    def pod_labels_read(self) -> tuple[str, ...]:
+        """The pod labels the rules read (R1 attempt keys, R4.2 operator selectors)."""
+        keys = self.labels
+        return (keys.managed, keys.run, keys.action, keys.attempt, *OPERATOR_SELECTOR_LABELS)
 
     @cached_property
     def version(self) -> str:

@@ -41,7 +41,7 @@ class PodFacts(msgspec.Struct, frozen=True, omit_defaults=True, tag="PodFacts", 
     namespace: str
     name: str
     uid: str
-    observed_at: datetime
+    observed_at: datetime  # the record that last changed these facts
     labels: dict[str, str] = {}  # only the keys the rules read (R1, R4.2)
     is_child: bool = False  # created by an operator or a Job (not a pod task's own pod)
     primary_container: str = ""  # declared primary (R4.4), "" when none is declared

@@ -8,7 +8,7 @@ the same input order always gives the same output bytes (SPEC R7.3).
 from __future__ import annotations
 
 from collections import Counter
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import msgspec
 
@@ -23,8 +23,9 @@ from app.model.facts import ATTEMPT_FACTS
 from app.model.k8s import Event, Job, Pod
 from app.model.records import DEAD_LETTER, DeadLetter
 
-# How often, in stream time, expired state is swept (R7.4).
-SWEEP_EVERY = timedelta(minutes=1)
+# How often, in stream time, expired state is swept (R7.4): a twelfth of the retention,
+# so state outlives its retention by at most that much and sweeps cost little.
+SWEEPS_PER_RETENTION = 12
 
 
 class Pipeline:
@@ -85,13 +86,14 @@ class Pipeline:
 
     def _advance(self, at: datetime) -> None:
         """Stream time is the latest record time seen; it drives expiry (R7.4)."""
-        if self.stream_time is None or at > self.stream_time:
-            self.stream_time = at
         if self._next_sweep is None:
-            self._next_sweep = at + SWEEP_EVERY
-        if self.stream_time < self._next_sweep:
+            self.stream_time, self._next_sweep = at, at + self.rules.retention / SWEEPS_PER_RETENTION
+        if at <= self.stream_time:
             return
-        self._next_sweep = self.stream_time + SWEEP_EVERY
+        self.stream_time = at
+        if at < self._next_sweep:
+            return
+        self._next_sweep = at + self.rules.retention / SWEEPS_PER_RETENTION
         now, rules = self.stream_time, self.rules
         for uid in [u for u, s in self.pods.items() if pod_state_expired(s, now, rules)]:
             del self.pods[uid]

@@ -1,0 +1,91 @@
+"""Core fold throughput against bare msgspec decoding of the same records.
+
+    python -m bench.core [--records N] [--smoke]
+
+Prints `name: value` lines and one summary line. The baseline (decode) is measured in
+the same run, so the ratio means something on a noisy machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import time
+
+import msgspec
+
+from app.model.decode import decode_source
+from app.replay.pipeline import Pipeline
+from bench.tracegen import generate
+
+
+def _best_of(runs: int, fn) -> float:
+    best = float("inf")
+    for _ in range(runs):
+        gc.collect()
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def state_bytes(pipeline: Pipeline) -> int:
+    encode = msgspec.msgpack.encode
+    return sum(len(encode(s)) for s in pipeline.pods.values()) + sum(len(encode(s)) for s in pipeline.attempts.values())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, to check the script still runs")
+    args = parser.parse_args()
+    records = 2_000 if args.smoke else args.records
+    runs = 1 if args.smoke else args.runs
+
+    trace = list(generate(records))
+    n = len(trace)
+
+    def decode_all() -> None:
+        for topic, _, value in trace:
+            decode_source(topic, value)
+
+    def fold_all() -> None:
+        pipeline = Pipeline()
+        for topic, key, value in trace:
+            pipeline.feed(topic, key, value)
+
+    decode_s = _best_of(runs, decode_all)
+    fold_s = _best_of(runs, fold_all)
+
+    # State size: sample while folding once more.
+    pipeline = Pipeline()
+    peak_per_pod, samples = 0.0, []
+    every = max(1, n // 20)
+    for i, (topic, key, value) in enumerate(trace, 1):
+        pipeline.feed(topic, key, value)
+        if i % every == 0:
+            pods = sum(1 for s in pipeline.pods.values() if s.pod is not None)
+            size = state_bytes(pipeline)
+            samples.append((i, pods, len(pipeline.attempts), size))
+            if pods:
+                peak_per_pod = max(peak_per_pod, size / pods)
+    first_half = max(s[3] for s in samples[: len(samples) // 2] or samples)
+    second_half = max(s[3] for s in samples[len(samples) // 2 :])
+
+    print(f"records: {n}")
+    print(f"decode_records_per_s: {n / decode_s:.0f}")
+    print(f"fold_records_per_s: {n / fold_s:.0f}")
+    print(f"ratio_fold_to_decode: {decode_s / fold_s:.2f}")
+    print(f"peak_state_bytes_per_tracked_pod: {peak_per_pod:.0f}")
+    print(f"live_state_at_samples: {' '.join(f'{i}:{p}pods/{a}attempts/{b // 1024}KiB' for i, p, a, b in samples[:: max(1, len(samples) // 5)])}")
+    print(f"state_growth_second_half_vs_first: {second_half / first_half:.2f}")
+    ratio = decode_s / fold_s
+    print(
+        f"summary: fold {n / fold_s:.0f} rec/s = {ratio:.2f}x decode (target >= 0.5); "
+        f"{peak_per_pod:.0f} B state per tracked pod (target <= 2048); state growth {second_half / first_half:.2f}x"
+    )
+
+
+if __name__ == "__main__":
+    main()

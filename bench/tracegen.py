@@ -1,0 +1,174 @@
+"""A generated, realistic trace for the benchmarks.
+
+Mix (by record count): ~70% pod updates with real-sized pod JSON (env, volumes,
+tolerations, affinity, conditions, container statuses), ~20% events (most of them
+ordinary kubelet events, some GPU faults), ~10% tracked CRDs. Attempts are pod tasks
+and MPIJobs with workers; a few hundred of them fail, some after a GPU fault.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+
+import orjson
+
+T0 = datetime(2026, 9, 1, tzinfo=timezone.utc)
+
+
+def _ts(at: datetime) -> str:
+    return at.isoformat().replace("+00:00", "Z")
+
+
+def _env(i: int) -> list[dict]:
+    names = ["NCCL_DEBUG", "NCCL_IB_HCA", "CUDA_DEVICE_MAX_CONNECTIONS", "OMP_NUM_THREADS", "PYTHONUNBUFFERED", "WANDB_PROJECT", "HF_HOME", "TORCH_DISTRIBUTED_DEBUG", "FLYTE_INTERNAL_EXECUTION_ID", "FLYTE_INTERNAL_TASK_NAME", "FLYTE_ATTEMPT_NUMBER", "MASTER_ADDR", "MASTER_PORT"]
+    return [{"name": n, "value": f"value-{i}-{n.lower()}"} for n in names] + [
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}}}
+    ]
+
+
+def pod_object(name: str, uid: str, labels: dict, node: str, phase: str, state: dict, rv: int, created: datetime, i: int) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "ml-team",
+            "uid": uid,
+            "resourceVersion": str(rv),
+            "creationTimestamp": _ts(created),
+            "labels": labels,
+            "annotations": {"primary_container_name": "main", "cluster-autoscaler.kubernetes.io/safe-to-evict": "false", "flyte.org/execution-url": f"https://flyte.example/runs/{name}"},
+            "ownerReferences": [{"apiVersion": "flyte.org/v1", "kind": "TaskAction", "name": name[:40], "uid": f"owner-{uid}", "controller": True, "blockOwnerDeletion": True}],
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "ghcr.io/acme/trainer:2026.08.3",
+                    "command": ["python", "-m", "trainer.main"],
+                    "args": ["--config", "/etc/trainer/config.yaml", "--resume", "auto"],
+                    "env": _env(i),
+                    "resources": {"limits": {"cpu": "96", "memory": "1800Gi", "nvidia.com/gpu": "8"}, "requests": {"cpu": "90", "memory": "1700Gi", "nvidia.com/gpu": "8"}},
+                    "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "config", "mountPath": "/etc/trainer"}, {"name": "kube-api-access", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": True}],
+                    "terminationMessagePath": "/dev/termination-log",
+                    "terminationMessagePolicy": "FallbackToLogsOnError",
+                    "imagePullPolicy": "IfNotPresent",
+                }
+            ],
+            "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}}, {"name": "config", "configMap": {"name": "trainer-config", "defaultMode": 420}}, {"name": "kube-api-access", "projected": {"sources": [{"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}}]}}],
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "schedulerName": "default-scheduler",
+            "serviceAccountName": "trainer",
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}, {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}],
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H100-80GB-HBM3"]}]}]}}},
+        },
+        "status": {
+            "phase": phase,
+            "conditions": [{"type": t, "status": "True", "lastProbeTime": None, "lastTransitionTime": _ts(created)} for t in ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled")],
+            "hostIP": "10.4.7.21",
+            "podIP": f"10.244.{i % 250}.{i % 200}",
+            "startTime": _ts(created),
+            "containerStatuses": [{"name": "main", "state": state, "ready": "running" in state, "restartCount": 0, "image": "ghcr.io/acme/trainer:2026.08.3", "imageID": "ghcr.io/acme/trainer@sha256:4f1c", "containerID": f"containerd://{uid}", "started": "running" in state}],
+            "qosClass": "Guaranteed",
+        },
+    }
+
+
+def _record(topic: str, key: str, change: str, at: datetime, obj: dict) -> tuple[str, str, bytes]:
+    return topic, key, orjson.dumps({"type": change, "observed_at": _ts(at), "cluster": "prod-a", "object": obj})
+
+
+def _event(pod_name: str, pod_uid: str, node: str, at: datetime, n: int, *, gpu: int | None = None) -> dict:
+    if gpu is None:
+        reason, message, type_ = "Pulled", 'Container image "ghcr.io/acme/trainer:2026.08.3" already present on machine', "Normal"
+    else:
+        reason, type_ = "GPUXidError", "Warning"
+        message = f"[gpu-health] [CRITICAL] Xid {gpu} on GPU 3 GPU-8f1c. xid={gpu} severity=critical gpu_uuid=GPU-8f1c gpu_index=3 pci=0000:3b:00.0 node={node} pid=4242 process=python3"
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{pod_name}.{n:x}", "namespace": "ml-team", "uid": f"ev-{pod_uid}-{n}", "creationTimestamp": _ts(at)},
+        "involvedObject": {"kind": "Pod", "namespace": "ml-team", "name": pod_name, "uid": pod_uid, "apiVersion": "v1"},
+        "reason": reason,
+        "message": message,
+        "type": type_,
+        "firstTimestamp": _ts(at),
+        "lastTimestamp": _ts(at),
+        "count": 1,
+        "source": {"component": "kubelet", "host": node},
+        "reportingComponent": "kubelet",
+        "reportingInstance": node,
+    }
+
+
+def _mpijob(name: str, uid: str, labels: dict, at: datetime, failed: bool | None) -> dict:
+    conditions = [{"type": "Created", "status": "True", "reason": "MPIJobCreated", "message": "", "lastTransitionTime": _ts(at)}]
+    if failed is not None:
+        outcome = ("Failed", "MPIJobFailed", "launcher failed") if failed else ("Succeeded", "MPIJobSucceeded", "MPIJob ml-team completed")
+        conditions.append({"type": outcome[0], "status": "True", "reason": outcome[1], "message": outcome[2], "lastTransitionTime": _ts(at)})
+    return {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": {"name": name, "namespace": "ml-team", "uid": uid, "labels": labels, "creationTimestamp": _ts(at)}, "spec": {"slotsPerWorker": 8}, "status": {"conditions": conditions}}
+
+
+def _workload(job_uid: str, at: datetime, admitted: bool) -> dict:
+    status = "True" if admitted else "False"
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {"name": f"mpijob-{job_uid}-3f2a1", "namespace": "ml-team", "uid": f"wl-{job_uid}", "creationTimestamp": _ts(at), "labels": {"kueue.x-k8s.io/job-uid": job_uid}, "ownerReferences": [{"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "name": job_uid, "uid": job_uid, "controller": True}]},
+        "spec": {"active": True, "queueName": "team-a", "podSets": [{"name": "worker", "count": 3}]},
+        "status": {"conditions": [{"type": "QuotaReserved", "status": status, "reason": "QuotaReserved" if admitted else "Pending", "message": "", "lastTransitionTime": _ts(at)}, {"type": "Admitted", "status": status, "reason": "Admitted" if admitted else "Pending", "message": "", "lastTransitionTime": _ts(at)}]},
+    }
+
+
+def generate(records: int, seed: int = 1) -> Iterator[tuple[str, str, bytes]]:
+    """`records` source records, in observation order per attempt, attempts staggered
+    in time so that finished ones expire (R7.4) as the trace goes on."""
+    rnd = random.Random(seed)
+    produced = 0
+    for a in itertools.count():
+        start = T0 + timedelta(seconds=30 * a)
+        labels = {"flyte.org/managed": "true", "run": f"run{a // 5}", "action": f"n{a % 5}", "attempt": "1", "task-name": "train"}
+        fails = rnd.random() < 0.03
+        xid = rnd.choice([79, 48, 63, 31, 92]) if fails and rnd.random() < 0.6 else None
+        node = f"gpu-{a % 400}"
+        out: list[tuple[str, str, bytes]] = []
+        if a % 2 == 0:  # an MPIJob with 3 workers, admitted by Kueue
+            job_uid, name = f"mpi-{a}", f"mpi-{a}"
+            out.append(_record("k8s.jobs", job_uid, "ADDED", start, _mpijob(name, job_uid, labels, start, None)))
+            out.append(_record("k8s.workloads", f"wl-{job_uid}", "ADDED", start, _workload(job_uid, start, False)))
+            out.append(_record("k8s.workloads", f"wl-{job_uid}", "MODIFIED", start + timedelta(seconds=2), _workload(job_uid, start, True)))
+            out.append(_record("k8s.jobs", job_uid, "MODIFIED", start + timedelta(seconds=3), _mpijob(name, job_uid, labels, start, None)))
+            pods = [(f"{name}-worker-{w}", f"p{a}-{w}", {**labels, "training.kubeflow.org/job-name": name, "training.kubeflow.org/replica-type": "worker"}) for w in range(3)]
+        else:
+            pods = [(f"task-{a}", f"p{a}", labels)]
+        rv = a * 100
+        end = start + timedelta(minutes=10)
+        for pname, puid, plabels in pods:
+            running = {"running": {"startedAt": _ts(start)}}
+            for step in range(5):  # scheduled, running, readiness flaps
+                rv += 1
+                out.append(_record("k8s.pods", puid, "ADDED" if step == 0 else "MODIFIED", start + timedelta(seconds=10 * step), pod_object(pname, puid, plabels, node, "Running", running, rv, start, a)))
+            out.append(_record("k8s.events", puid, "ADDED", start + timedelta(seconds=5), _event(pname, puid, node, start, 1)))
+        if xid is not None:
+            pname, puid, _ = pods[-1]
+            out.append(_record("k8s.events", puid, "ADDED", end - timedelta(minutes=1), _event(pname, puid, node, end - timedelta(minutes=1), 2, gpu=xid)))
+        for pname, puid, plabels in pods:
+            rv += 1
+            dead = {"terminated": {"exitCode": 1 if fails else 0, "reason": "Error" if fails else "Completed", "startedAt": _ts(start), "finishedAt": _ts(end)}}
+            phase = "Failed" if fails else "Succeeded"
+            out.append(_record("k8s.pods", puid, "MODIFIED", end, pod_object(pname, puid, plabels, node, phase, dead, rv, start, a)))
+            out.append(_record("k8s.pods", puid, "DELETED", end + timedelta(minutes=2), pod_object(pname, puid, plabels, node, phase, dead, rv + 1, start, a)))
+        if a % 2 == 0:
+            out.append(_record("k8s.jobs", f"mpi-{a}", "MODIFIED", end + timedelta(seconds=5), _mpijob(f"mpi-{a}", f"mpi-{a}", labels, end, fails)))
+        for _ in range(rnd.randint(1, 3)):  # ordinary events keep flowing
+            pname, puid, _ = rnd.choice(pods)
+            out.append(_record("k8s.events", puid, "ADDED", end, _event(pname, puid, node, end, rnd.randint(3, 99))))
+        for item in out[: records - produced]:
+            yield item
+        produced += len(out)
+        if produced >= records:
+            return
