@@ -15,7 +15,7 @@ from app.model.records import GpuFault
 ATTEMPT_FACTS = "faultline.attempt-facts"
 
 
-class ContainerFacts(msgspec.Struct, frozen=True, omit_defaults=True):
+class ContainerFacts(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     """A regular container's current state (init containers and lastState are never read)."""
 
     name: str
@@ -34,7 +34,7 @@ class AttributedFault(msgspec.Struct, frozen=True):
     fault: GpuFault
 
 
-class PodFacts(msgspec.Struct, frozen=True, omit_defaults=True, tag="PodFacts", tag_field="fact"):
+class PodFacts(msgspec.Struct, frozen=True, omit_defaults=True, gc=False, tag="PodFacts", tag_field="fact"):
     """The slim, self-contained state of one pod that the attempt stage needs."""
 
     cluster: str

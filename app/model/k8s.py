@@ -16,7 +16,7 @@ import msgspec
 Timestamp = Annotated[datetime, msgspec.Meta(tz=True)]
 
 
-class _View(msgspec.Struct, rename="camel", frozen=True, omit_defaults=True):
+class _View(msgspec.Struct, rename="camel", frozen=True, omit_defaults=True, gc=False):
     pass
 
 
