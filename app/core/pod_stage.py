@@ -7,6 +7,7 @@ A fault Event that arrives before its pod is held here until the pod is known (R
 
 from __future__ import annotations
 
+import zlib
 from datetime import datetime
 
 import msgspec
@@ -28,6 +29,7 @@ class PodState(msgspec.Struct):
     cluster: str
     last_activity: datetime
     pod: PodFacts | None = None  # the latest pod view with its trusted faults, as forwarded
+    seen: int = -1  # digest of the last pod record read, to skip records that change nothing
     faults: dict[str, FaultEvent] = {}  # every fault Event naming this uid, by event uid
 
 
@@ -168,11 +170,27 @@ def fold_pod(
         return state, []
     if state is None:
         state = PodState(uid=uid, cluster=cluster, last_activity=observed_at)
+    state.last_activity = max(state.last_activity, observed_at)
+    # Most pod updates change nothing the rules read (readiness, resourceVersion): the
+    # slim view is the same, so the facts would be too.
+    seen = _digest(change, pod)
+    if seen == state.seen:
+        return state, []
+    state.seen = seen
     previous = state.pod
     facts = _with_faults(pod_facts_of(change, observed_at, cluster, pod, previous, rules), state.faults, rules)
     state.pod, emits = _forward(previous, facts, observed_at, rules)
-    state.last_activity = max(state.last_activity, observed_at)
     return state, emits
+
+
+_encode = msgspec.msgpack.Encoder().encode
+
+
+def _digest(change: ChangeType, pod: Pod) -> int:
+    """64 bits over the slim view (two independent checksums: cheap, deterministic
+    across processes, and an accidental collision is a 2**-64 event)."""
+    view = _encode(pod)
+    return (zlib.crc32(view) << 32 | zlib.adler32(view)) ^ (change == "DELETED")
 
 
 def fold_event(

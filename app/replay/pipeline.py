@@ -8,24 +8,22 @@ the same input order always gives the same output bytes (SPEC R7.3).
 from __future__ import annotations
 
 from collections import Counter
-from datetime import datetime
-
-import msgspec
+from datetime import datetime, timezone
 
 from app.core.attempt_stage import AttemptState, attempt_expired, fold_attempt
 from app.core.emit import Emit
 from app.core.job_facts import route_job
 from app.core.pod_stage import PodState, fold_event, fold_pod, pod_state_expired
 from app.core.rules import DEFAULT_RULES, Rules
-from app.model.decode import BadRecord, decode_source
+from app.model.decode import BadRecord, TypedEnvelope, decode_source
 from app.model.envelope import EVENTS, JOBS, PODS, WORKLOADS
 from app.model.facts import ATTEMPT_FACTS
-from app.model.k8s import Event, Job, Pod
 from app.model.records import DEAD_LETTER, DeadLetter
 
-# How often, in stream time, expired state is swept (R7.4): a twelfth of the retention,
-# so state outlives its retention by at most that much and sweeps cost little.
-SWEEPS_PER_RETENTION = 12
+# How often, in stream time, expired state is swept (R7.4): every quarter of the
+# retention, so state outlives its retention by at most that much and sweeps cost little.
+SWEEPS_PER_RETENTION = 4
+_DAWN = datetime.min.replace(tzinfo=timezone.utc)
 
 
 class Pipeline:
@@ -33,46 +31,56 @@ class Pipeline:
         self.rules = rules
         self.pods: dict[str, PodState] = {}
         self.attempts: dict[str, AttemptState] = {}
-        self.stream_time: datetime | None = None
+        self.stream_time = _DAWN
         self._next_sweep: datetime | None = None
         self.counts: Counter[str] = Counter()
+        self._stage1 = {PODS: self._pod, EVENTS: self._event, JOBS: self._job, WORKLOADS: self._workload}
 
     def feed(self, topic: str, key: str | None, value: bytes, offset: int | None = None, partition: int | None = None) -> list[Emit]:
         """One source record in, every output record it causes out (dead letters included)."""
-        self.counts["records"] += 1
         try:
-            envelope, obj = decode_source(topic, value)
+            envelope, _ = decode_source(topic, value)
         except BadRecord as exc:
+            self.counts["records"] += 1
             self.counts["dead_letters"] += 1
             letter = DeadLetter(
                 topic=topic, key=key, partition=partition, offset=offset, reason=str(exc), value=value.decode("utf-8", "replace")
             )
             return [Emit(DEAD_LETTER, key or "", letter)]
-        change, at, cluster, rules = envelope.type, envelope.observed_at, envelope.cluster, self.rules
-        if topic == PODS:
-            assert isinstance(obj, Pod)
-            uid = obj.metadata.uid
-            self.pods[uid], emits = fold_pod(self.pods.get(uid), change, at, cluster, obj, rules)
-        elif topic == EVENTS:
-            assert isinstance(obj, Event)
-            emits = self._fold_event(change, at, cluster, obj)
-        elif topic == JOBS:
-            assert isinstance(obj, Job)
-            emits = route_job(change, at, cluster, obj, rules)
-        else:
-            assert topic == WORKLOADS
-            emits = []
-        out = self._through_attempts(emits)
-        self._advance(at)
-        return out
+        return self.feed_decoded(topic, envelope)
 
-    def _fold_event(self, change, at, cluster, event: Event) -> list[Emit]:
+    def feed_decoded(self, topic: str, envelope: TypedEnvelope) -> list[Emit]:
+        """One source record already decoded (see `decode_source`)."""
+        self.counts["records"] += 1
+        emits = self._stage1[topic](envelope)
+        if envelope.observed_at > self.stream_time:
+            self._advance(envelope.observed_at)
+        return self._through_attempts(emits) if emits else emits
+
+    # --- stage 1, one fold per source topic ---------------------------------------------
+
+    def _pod(self, envelope: TypedEnvelope) -> list[Emit]:
+        pod = envelope.object
+        uid = pod.metadata.uid
+        self.pods[uid], emits = fold_pod(self.pods.get(uid), envelope.type, envelope.observed_at, envelope.cluster, pod, self.rules)
+        return emits
+
+    def _event(self, envelope: TypedEnvelope) -> list[Emit]:
+        event = envelope.object
         regarding = event.involved_object or event.regarding
         uid = regarding.uid if regarding is not None else ""
-        state, emits = fold_event(self.pods.get(uid), change, at, cluster, event, self.rules)
+        state, emits = fold_event(self.pods.get(uid), envelope.type, envelope.observed_at, envelope.cluster, event, self.rules)
         if state is not None:
             self.pods[uid] = state
         return emits
+
+    def _job(self, envelope: TypedEnvelope) -> list[Emit]:
+        return route_job(envelope.type, envelope.observed_at, envelope.cluster, envelope.object, self.rules)
+
+    def _workload(self, envelope: TypedEnvelope) -> list[Emit]:
+        return []
+
+    # --- stage 2 ---------------------------------------------------------------------------
 
     def _through_attempts(self, emits: list[Emit]) -> list[Emit]:
         out: list[Emit] = []
@@ -84,18 +92,19 @@ class Pipeline:
             out.extend(verdicts)
         return out
 
+    # --- expiry ----------------------------------------------------------------------------
+
     def _advance(self, at: datetime) -> None:
         """Stream time is the latest record time seen; it drives expiry (R7.4)."""
-        if self._next_sweep is None:
-            self.stream_time, self._next_sweep = at, at + self.rules.retention / SWEEPS_PER_RETENTION
-        if at <= self.stream_time:
-            return
         self.stream_time = at
+        every = self.rules.retention / SWEEPS_PER_RETENTION
+        if self._next_sweep is None:
+            self._next_sweep = at + every
         if at < self._next_sweep:
             return
-        self._next_sweep = at + self.rules.retention / SWEEPS_PER_RETENTION
-        now, rules = self.stream_time, self.rules
-        for uid in [u for u, s in self.pods.items() if pod_state_expired(s, now, rules)]:
+        self._next_sweep = at + every
+        rules = self.rules
+        for uid in [u for u, s in self.pods.items() if pod_state_expired(s, at, rules)]:
             del self.pods[uid]
-        for key in [k for k, s in self.attempts.items() if attempt_expired(s, now, rules)]:
+        for key in [k for k, s in self.attempts.items() if attempt_expired(s, at, rules)]:
             del self.attempts[key]

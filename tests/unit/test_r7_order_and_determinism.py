@@ -110,9 +110,11 @@ def test_r7_4_attempt_state_is_dropped_after_retention_in_stream_time():
         other = pod("other", labels={"app": "unrelated"})
         pipeline.feed("k8s.pods", other["metadata"]["uid"], orjson.dumps(record(other, at)["value"]))
 
-    tick(T0 + timedelta(hours=5))
+    tick(T0 + timedelta(hours=5, minutes=55))
     assert len(pipeline.attempts) == 1  # within retention
-    tick(T0 + timedelta(hours=6, minutes=5))
+    # Dropped by the next sweep after the retention (sweeps run every quarter of it).
+    tick(T0 + timedelta(hours=6, minutes=2))
+    tick(T0 + timedelta(hours=7, minutes=35))
     assert pipeline.attempts == {} and all(s.pod is None or s.pod.name == "other" for s in pipeline.pods.values())
 
 
