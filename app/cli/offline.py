@@ -6,27 +6,64 @@ import argparse
 import sys
 from pathlib import Path
 
+import msgspec
+
 from app import schemas
 from app.core.emit import Emit
-from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, GANG_TRANSITIONS, ClassifiedFailure, GangTransition
+from app.core.rules import Rules
+from app.model.records import (
+    CLASSIFIED_FAILURES,
+    DEAD_LETTER,
+    GANG_TRANSITIONS,
+    ClassifiedFailure,
+    DeadLetter,
+    Fault,
+    GangTransition,
+)
+from app.replay.diff import Diff, diff, final_verdicts
 from app.replay.pipeline import Pipeline
-from app.replay.trace import encode_output, read_lines, replay
+from app.replay.trace import OutputLine, encode_output, read_lines, replay
+from app.rulefile import RuleFileError, load_rules, rules_document
 
 
 def register(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("replay", help="run a trace through the rules; write every output record as JSON Lines")
     p.add_argument("--trace", type=Path, required=True, help="trace file (JSON Lines of source records)")
     p.add_argument("--out", type=Path, required=True, help="output file ('-' for stdout)")
+    _rules_option(p)
     p.set_defaults(run=run_replay)
 
     p = commands.add_parser("classify", help="print the final verdict of every failed attempt in a trace")
     p.add_argument("trace", type=Path, help="trace file (JSON Lines of source records)")
+    _rules_option(p)
     p.set_defaults(run=run_classify)
+
+    p = commands.add_parser("rules", help="show a rule set (the default, or --rules FILE) with its rules_version")
+    p.add_argument("action", choices=["show"], help="show: print the rule set as JSON")
+    _rules_option(p)
+    p.set_defaults(run=run_rules)
+
+    p = commands.add_parser("diff", help="list the attempts whose verdict differs between two replays")
+    p.add_argument("--base", type=Path, required=True, help="replay output (JSON Lines from `faultline replay`)")
+    p.add_argument("--candidate", type=Path, required=True, help="replay output to compare with the base")
+    p.add_argument("--format", choices=["text", "json"], default="text", help="text for people (default), json for machines")
+    p.set_defaults(run=run_diff)
 
     p = commands.add_parser("schemas", help="write (or --check) the JSON Schemas of every output record")
     p.add_argument("--dir", type=Path, default=Path("schemas"), help="schema folder (default: schemas)")
     p.add_argument("--check", action="store_true", help="exit 1 if the files differ from the types")
     p.set_defaults(run=run_schemas)
+
+
+def _rules_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rules", type=Path, default=None, metavar="FILE", help="rule file (.toml or .json); default: the built-in rules")
+
+
+def _rules(args: argparse.Namespace) -> Rules:
+    try:
+        return load_rules(args.rules)
+    except RuleFileError as exc:
+        raise SystemExit(f"faultline: {exc}") from None
 
 
 def _require_trace(path: Path) -> None:
@@ -52,7 +89,7 @@ def _finish(pipeline: Pipeline) -> int:
 
 def run_replay(args: argparse.Namespace) -> int:
     _require_trace(args.trace)
-    pipeline = Pipeline()
+    pipeline = Pipeline(_rules(args))
     out = sys.stdout.buffer if str(args.out) == "-" else args.out.open("wb")
     try:
         for emit in replay(read_lines(args.trace), pipeline):
@@ -97,7 +134,7 @@ def describe_transition(t: GangTransition) -> str:
 
 def run_classify(args: argparse.Namespace) -> int:
     _require_trace(args.trace)
-    pipeline = Pipeline()
+    pipeline = Pipeline(_rules(args))
     verdicts: dict[str, ClassifiedFailure] = {}
     transitions: list[GangTransition] = []
     for emit in replay(read_lines(args.trace), pipeline):
@@ -116,6 +153,56 @@ def run_classify(args: argparse.Namespace) -> int:
     if not verdicts and not transitions:
         print("no failed attempt in this trace")
     return _finish(pipeline)
+
+
+def run_rules(args: argparse.Namespace) -> int:
+    sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(rules_document(_rules(args))), indent=2) + b"\n")
+    return 0
+
+
+_OUTPUT_LINE = msgspec.json.Decoder(OutputLine[ClassifiedFailure | Fault | GangTransition | DeadLetter])
+
+
+def _replay_output(path: Path) -> dict[str, ClassifiedFailure]:
+    if not path.is_file():
+        raise SystemExit(f"faultline: replay output {path} does not exist (write one with `faultline replay --trace T --out {path}`)")
+    records = []
+    for number, line in read_lines(path):
+        try:
+            record = _OUTPUT_LINE.decode(line)
+        except msgspec.DecodeError as exc:
+            raise SystemExit(f"faultline: {path} line {number}: not a `faultline replay` output record ({exc})") from None
+        records.append((record.topic, record.key, record.value))
+    return final_verdicts(records)
+
+
+def describe_diff(result: Diff) -> list[str]:
+    lines = [
+        f"base rules: {', '.join(result.base_rules) or '-'}    candidate rules: {', '.join(result.candidate_rules) or '-'}",
+        f"{len(result.changes)} of {result.attempts_compared} attempts changed",
+    ]
+    if result.transitions:
+        lines.append("")
+        width = max(len(t) for t in result.transitions)
+        lines.append(f"{'VERDICT CHANGE'.ljust(width)}  COUNT")
+        lines.extend(f"{t.ljust(width)}  {n}" for t, n in result.transitions.items())
+    for change in result.changes:
+        lines.append("")
+        lines.append(change.key)
+        for side, v in (("base", change.base), ("candidate", change.candidate)):
+            text = "(no verdict)" if v is None else f"{v.code} {v.kind}  {v.fault or 'no GPU fault'}" + (f"  pod {v.faulted_pod}" if v.faulted_pod else "")
+            lines.append(f"  {side:<9}  {text}")
+        lines.append(f"  because    {change.because}")
+    return lines
+
+
+def run_diff(args: argparse.Namespace) -> int:
+    result = diff(_replay_output(args.base), _replay_output(args.candidate))
+    if args.format == "json":
+        sys.stdout.buffer.write(msgspec.json.encode(result) + b"\n")
+    else:
+        print("\n".join(describe_diff(result)))
+    return 0
 
 
 def run_schemas(args: argparse.Namespace) -> int:

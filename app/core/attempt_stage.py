@@ -90,7 +90,7 @@ def _crd_verdicts(state: AttemptState, job: JobFacts, rules: Rules) -> list[_Ver
             RESTART_FAILURE_CODE, "USER", f"JobSet {job.name} restarted in place after generation {generation}"
         )
         relevant = _relevant_faults(_child_pods(state, job, generation), failed_at, True, rules)
-        outcome = classify(base, relevant, job.namespace)
+        outcome = classify(base, relevant, job.namespace, rules.xid)
         verdicts.append(_Verdict(tracked, generation, False, failed_at, outcome, tuple(carried)))
         carried.append(_carried_line(f"generation {generation}", outcome))
     failed_at = crd_failed_at(job, state.job_failed_seen_at)
@@ -98,7 +98,7 @@ def _crd_verdicts(state: AttemptState, job: JobFacts, rules: Rules) -> list[_Ver
         generation = job.restarts if job.kind == "JobSet" else 0
         base = BaseFailure(job.failure.code, "USER", job.failure.message)
         relevant = _relevant_faults(_child_pods(state, job, generation), failed_at, True, rules)
-        outcome = classify(base, relevant, job.namespace)
+        outcome = classify(base, relevant, job.namespace, rules.xid)
         verdicts.append(_Verdict(tracked, generation, True, failed_at, outcome, tuple(carried)))
     return verdicts
 
@@ -119,7 +119,7 @@ def _pod_task_verdicts(state: AttemptState, rules: Rules) -> list[_Verdict]:
         if failed_at is None:
             continue
         relevant = _relevant_faults([pod], failed_at, False, rules)
-        outcome = classify(pod_base_failure(pod), relevant, None)
+        outcome = classify(pod_base_failure(pod), relevant, None, rules.xid)
         terminal = index == len(tries) - 1  # R8.2: a newer pod of the attempt makes it non-terminal
         tracked = ObjectRef(kind="Pod", name=pod.name, uid=pod.uid)
         verdicts.append(_Verdict(tracked, 0, terminal, failed_at, outcome, tuple(carried)))

@@ -8,6 +8,7 @@ from typing import Final
 import msgspec
 
 from app.core.fault_message import ParsedMessage, parse_fault_message
+from app.core.xid import DEFAULT_XID_TABLE, XidTable
 from app.model.k8s import Event
 
 FAULT_REASONS: Final = frozenset({"GPUXidError", "GPUSXidError"})
@@ -54,14 +55,14 @@ def _timing(event: Event) -> tuple[datetime, datetime, int] | None:
     return first, last, count
 
 
-def fault_event_of(event: Event) -> FaultEvent | None:
+def fault_event_of(event: Event, table: XidTable = DEFAULT_XID_TABLE) -> FaultEvent | None:
     """The fault this Event records, or None if it records none (never raises)."""
     regarding = _regarding(event)
     if event.type != "Warning" or event.reason not in FAULT_REASONS:
         return None  # R2.1
     if regarding is None or regarding.kind != "Pod" or not regarding.uid:
         return None  # R2.1, R2.5: an empty uid is rejected
-    parsed = parse_fault_message(_message(event))
+    parsed = parse_fault_message(_message(event), table)
     if parsed is None:
         return None  # R2.2, R2.3
     timing = _timing(event)

@@ -9,7 +9,7 @@ from typing import Final
 
 import msgspec
 
-from app.core import xid
+from app.core.xid import DEFAULT_XID_TABLE, SEVERITY_RANK, XidTable
 from app.model.records import FaultKind, Severity
 
 MARKER: Final = "[gpu-health]"
@@ -54,10 +54,10 @@ def clamp_severity(table: Severity, wire: str | None) -> Severity:
     parsed = _WIRE_SEVERITY.get(wire or "")
     if parsed is None:
         return table
-    return parsed if xid.SEVERITY_RANK[parsed] <= xid.SEVERITY_RANK[table] else table
+    return parsed if SEVERITY_RANK[parsed] <= SEVERITY_RANK[table] else table
 
 
-def parse_fault_message(message: str) -> ParsedMessage | None:
+def parse_fault_message(message: str, table: XidTable = DEFAULT_XID_TABLE) -> ParsedMessage | None:
     if MARKER not in message:
         return None
     found = _tail_of(message)
@@ -75,7 +75,7 @@ def parse_fault_message(message: str) -> ParsedMessage | None:
     return ParsedMessage(
         kind=kind,
         code=code,
-        severity=clamp_severity(xid.table_severity(kind, code), fields.get("severity")),
+        severity=clamp_severity(table.severity(kind, code), fields.get("severity")),
         gpu_uuid=fields.get("gpu_uuid", ""),
         gpu_index=_int_or_none(fields.get("gpu_index")),
         pci_bus_id=fields.get("pci", ""),

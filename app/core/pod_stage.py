@@ -12,12 +12,12 @@ from datetime import datetime
 
 import msgspec
 
-from app.core import xid
 from app.core.attempt import attempt_of, is_child_pod
 from app.core.child_pods import declared_primary
 from app.core.emit import Emit
 from app.core.fault_events import FaultEvent, fault_event_of, is_trusted, merge_updates
 from app.core.rules import Rules
+from app.core.xid import XidTable
 from app.model.envelope import ChangeType
 from app.model.facts import ATTEMPT_FACTS, AttributedFault, ContainerFacts, PodFacts
 from app.model.k8s import ContainerStatus, Event, Pod
@@ -91,12 +91,12 @@ def pod_facts_of(
     )
 
 
-def gpu_fault_of(event: FaultEvent, pod_name: str) -> GpuFault:
+def gpu_fault_of(event: FaultEvent, pod_name: str, table: XidTable) -> GpuFault:
     parsed = event.parsed
     return GpuFault(
         kind=parsed.kind,
         code=parsed.code,
-        name=xid.fault_name(parsed.kind, parsed.code),
+        name=table.name(parsed.kind, parsed.code),
         severity=parsed.severity,
         gpu_uuid=parsed.gpu_uuid,
         gpu_index=parsed.gpu_index,
@@ -116,7 +116,7 @@ def gpu_fault_of(event: FaultEvent, pod_name: str) -> GpuFault:
 
 def _trusted(facts: PodFacts, faults: dict[str, FaultEvent], rules: Rules) -> tuple[AttributedFault, ...]:
     return tuple(
-        AttributedFault(event_uid=uid, fault=gpu_fault_of(event, facts.name))
+        AttributedFault(event_uid=uid, fault=gpu_fault_of(event, facts.name, rules.xid))
         for uid, event in sorted(faults.items())
         if is_trusted(event, facts.uid, facts.node_name, rules.node_trust)
     )
@@ -197,7 +197,7 @@ def fold_event(
     state: PodState | None, change: ChangeType, observed_at: datetime, cluster: str, event: Event, rules: Rules
 ) -> tuple[PodState | None, list[Emit]]:
     # A deleted Event (its TTL ran out) still happened: the log keeps the fault.
-    fault = fault_event_of(event)
+    fault = fault_event_of(event, rules.xid)
     if fault is None:
         return state, []
     if state is None:

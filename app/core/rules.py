@@ -9,10 +9,11 @@ from __future__ import annotations
 import hashlib
 from datetime import timedelta
 from functools import cached_property
+from typing import Annotated
 
 import msgspec
 
-from app.core import xid
+from app.core.xid import DEFAULT_XID_TABLE, XidTable
 
 # Labels set by an operator or a batch Job on the pods it creates: such a pod is a child
 # pod of a tracked CRD, never the tracked pod of a pod task (see docs/decisions.md).
@@ -46,20 +47,26 @@ class AttemptLabels(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     attempt: str = "attempt"
 
 
+Seconds = Annotated[float, msgspec.Meta(ge=0)]
+RuleSetName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=64)]
+
+
 class Rules(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True):
-    name: str = "default"
+    name: RuleSetName = "default"
     labels: AttemptLabels = AttemptLabels()
     # R5.3: a fault explains a failure iff it overlaps [anchor - window, anchor + slack].
-    window_seconds: float = 30 * 60
-    slack_seconds: float = 2 * 60
+    window_seconds: Seconds = 30 * 60
+    slack_seconds: Seconds = 2 * 60
     # R2.5b: a fault event must come from the pod's node.
     node_trust: bool = True
     # R7.4: stream time an attempt's state is kept after its terminal verdict.
-    retention_seconds: float = 6 * 3600
+    retention_seconds: Annotated[float, msgspec.Meta(gt=0)] = 6 * 3600
     # R9.2: resume a preempted gang, per JobSet annotation, else this default.
     resume_after_preemption: bool = False
     resume_annotation: str = "faultline.io/resume-after-preemption"
     child_pod_labels: tuple[str, ...] = DEFAULT_CHILD_POD_LABELS
+    # R3: the Xid table is part of the rule set.
+    xid: XidTable = DEFAULT_XID_TABLE
 
     @cached_property
     def window(self) -> timedelta:
@@ -82,9 +89,9 @@ class Rules(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True):
     @cached_property
     def version(self) -> str:
         """`<name>@<hash>`: the hash covers the Xid table and every setting."""
-        settings = msgspec.to_builtins(self)
+        settings = msgspec.to_builtins(self, str_keys=True)
         settings.pop("name")
-        payload = msgspec.json.encode({"table": xid.table_fingerprint(), "settings": settings}, order="sorted")
+        payload = msgspec.json.encode(settings, order="deterministic")  # sorts keys and sets
         return f"{self.name}@{hashlib.sha256(payload).hexdigest()[:12]}"
 
 

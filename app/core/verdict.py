@@ -8,7 +8,7 @@ from typing import Final
 
 import msgspec
 
-from app.core import xid
+from app.core.xid import DEFAULT_XID_TABLE, XidTable
 from app.model.facts import AttributedFault, ContainerFacts, PodFacts
 from app.model.k8s import Job
 from app.model.records import ErrorKind, GpuFault, NamespacedRef, Severity
@@ -142,6 +142,7 @@ def apply_fault(
     settled: AttributedFault | None,
     earliest: AttributedFault | None,
     child_pod_namespace: str | None,
+    table: XidTable = DEFAULT_XID_TABLE,
 ) -> Outcome:
     """R6.4–R6.7. `child_pod_namespace` is the namespace of a CRD task's child pods, or
     None for a pod task (which names no pod)."""
@@ -155,10 +156,10 @@ def apply_fault(
     sentence = fault_sentence(fault)
     message = f"{sentence} {base.message}" if base.message else sentence
     if fault.severity == "CRITICAL":  # R6.4
-        code = xid.failure_code(fault.kind, fault.code) if is_generic(base.code) else base.code
+        code = table.failure_code(fault.kind, fault.code) if is_generic(base.code) else base.code
         kind: ErrorKind = "SYSTEM"
     elif is_generic(base.code):  # R6.5, the Interrupted rule
-        code, kind = xid.DEFAULT_CODE, "USER"
+        code, kind = table.default_code, "USER"
     else:
         code, kind = base.code, base.kind
     if child_pod_namespace is None:
@@ -167,7 +168,9 @@ def apply_fault(
     return Outcome(code, kind, message, fault, pod, f"GPU fault recorded on pod {fault.pod.name}")
 
 
-def classify(base: BaseFailure, relevant: list[AttributedFault], child_pod_namespace: str | None) -> Outcome:
+def classify(
+    base: BaseFailure, relevant: list[AttributedFault], child_pod_namespace: str | None, table: XidTable = DEFAULT_XID_TABLE
+) -> Outcome:
     settled = settle(relevant)
     earliest = min(relevant, key=_order) if relevant else None
-    return apply_fault(base, settled, earliest, child_pod_namespace)
+    return apply_fault(base, settled, earliest, child_pod_namespace, table)

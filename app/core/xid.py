@@ -1,19 +1,21 @@
 """The Xid / SXid table (SPEC R3): severity, failure code and name of every known code.
 
-This module is data. It is hashed into `rules_version` (SPEC R10.1), so any edit here
-names a new rule set.
+The table is data: `XidTable` is part of the rule set (`Rules.xid`), hashed into
+`rules_version` (SPEC R10.1), and a rule file may replace any of its fields.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
+import msgspec
+
 from app.model.records import FaultKind, Severity
 
-USER_XIDS: Final = frozenset({13, 31, 43, 45})
-CRITICAL_XIDS: Final = frozenset({48, 62, 63, 64, 74, 79, 94, 95, 109, 119, 120, 140})
+# Ranking used by the tail clamp (R2.3); the verdict's choice ranks differently (R6.3).
+SEVERITY_RANK: Final[dict[Severity, int]] = {"USER": 1, "WARN": 2, "CRITICAL": 3}
 
-XID_NAMES: Final[dict[int, str]] = {
+_NAMES: Final[dict[int, str]] = {
     13: "Graphics Engine Exception",
     31: "GPU memory page fault",
     32: "Invalid or corrupted push buffer stream",
@@ -39,7 +41,7 @@ XID_NAMES: Final[dict[int, str]] = {
     154: "GPU recovery action changed",
 }
 
-XID_CODES: Final[dict[int, str]] = {
+_CODES: Final[dict[int, str]] = {
     79: "GpuFallenOffBus",
     48: "GpuEccUncorrectable",
     94: "GpuEccUncorrectable",
@@ -51,42 +53,38 @@ XID_CODES: Final[dict[int, str]] = {
     119: "GpuGspError",
     120: "GpuGspError",
 }
-SXID_CODE: Final = "GpuNvlinkError"
-DEFAULT_CODE: Final = "GpuXidError"
-
-# Ranking used by the tail clamp (R2.3) and by the verdict's choice (R6.3 ranks differently).
-SEVERITY_RANK: Final[dict[Severity, int]] = {"USER": 1, "WARN": 2, "CRITICAL": 3}
 
 
-def table_severity(kind: FaultKind, code: int) -> Severity:
-    if kind == "SXID":
-        return "CRITICAL"
-    if code in CRITICAL_XIDS:
-        return "CRITICAL"
-    if code in USER_XIDS:
-        return "USER"
-    return "WARN"
+class XidTable(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Which Xid codes are the workload's (user), which make the device untrustworthy
+    (critical); every other Xid is a warning. Every SXid is `sxid_severity`."""
+
+    user: frozenset[int] = frozenset({13, 31, 43, 45})
+    critical: frozenset[int] = frozenset({48, 62, 63, 64, 74, 79, 94, 95, 109, 119, 120, 140})
+    sxid_severity: Severity = "CRITICAL"
+    names: dict[int, str] = msgspec.field(default_factory=lambda: dict(_NAMES))
+    codes: dict[int, str] = msgspec.field(default_factory=lambda: dict(_CODES))
+    sxid_code: str = "GpuNvlinkError"
+    default_code: str = "GpuXidError"
+
+    def severity(self, kind: FaultKind, code: int) -> Severity:
+        if kind == "SXID":
+            return self.sxid_severity
+        if code in self.critical:
+            return "CRITICAL"
+        if code in self.user:
+            return "USER"
+        return "WARN"
+
+    def failure_code(self, kind: FaultKind, code: int) -> str:
+        if kind == "SXID":
+            return self.sxid_code
+        return self.codes.get(code, self.default_code)
+
+    def name(self, kind: FaultKind, code: int) -> str:
+        if kind == "SXID":
+            return f"SXid {code}"
+        return self.names.get(code, f"Xid {code}")
 
 
-def failure_code(kind: FaultKind, code: int) -> str:
-    if kind == "SXID":
-        return SXID_CODE
-    return XID_CODES.get(code, DEFAULT_CODE)
-
-
-def fault_name(kind: FaultKind, code: int) -> str:
-    if kind == "SXID":
-        return f"SXid {code}"
-    return XID_NAMES.get(code, f"Xid {code}")
-
-
-def table_fingerprint() -> dict[str, object]:
-    """Everything in this table, as plain data, for the rules_version hash."""
-    return {
-        "user": sorted(USER_XIDS),
-        "critical": sorted(CRITICAL_XIDS),
-        "names": {str(k): v for k, v in sorted(XID_NAMES.items())},
-        "codes": {str(k): v for k, v in sorted(XID_CODES.items())},
-        "sxid_code": SXID_CODE,
-        "default_code": DEFAULT_CODE,
-    }
+DEFAULT_XID_TABLE: Final = XidTable()

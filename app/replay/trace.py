@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import msgspec
 
@@ -17,10 +17,15 @@ from app.replay.pipeline import Pipeline
 _LINE = msgspec.json.Decoder(TraceLine)
 
 
-class OutputLine(msgspec.Struct, frozen=True):
+T = TypeVar("T")
+
+
+class OutputLine(msgspec.Struct, Generic[T], frozen=True):
+    """One line of `faultline replay` output."""
+
     topic: str
     key: str
-    value: Any
+    value: T
 
 
 _encoder = msgspec.json.Encoder()

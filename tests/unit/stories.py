@@ -157,6 +157,33 @@ def late_fault(run: str = "late-1", t0: datetime = T0) -> list[dict]:
     ]
 
 
+def pod_task_xid143(run: str = "bench-11", t0: datetime = T0) -> list[dict]:
+    """A pod task that dies after an Xid 143 (not in the default table: a warning)."""
+    labels = attempt_labels(run=run, action="score", attempt="1")
+    p = pod(f"{run}-score-1", labels=labels, containers={"main": running(t0 - minutes(15))})
+    return [
+        record(p, t0 - minutes(15), "ADDED"),
+        record(event(p, code=143, severity="critical", first=t0 - minutes(1)), t0 - minutes(1), "ADDED"),
+        record(_failed(p, 1, t0), t0 + minutes(0.1)),
+    ]
+
+
+def slow_burn(run: str = "ckpt-4", t0: datetime = T0) -> list[dict]:
+    """A PyTorchJob whose worker logged an Xid 79 45 minutes before it died: outside the
+    default 30-minute window."""
+    labels = attempt_labels(run=run, action="train", attempt="2")
+    name = f"{run}-train"
+    job = kubeflow("PyTorchJob", name, labels=labels)
+    worker = pod(f"{name}-worker-0", labels={**kubeflow_pod_labels(name), **labels}, containers={"main": running(t0 - minutes(90))})
+    return [
+        record(job, t0 - minutes(95), "ADDED"),
+        record(worker, t0 - minutes(90), "ADDED"),
+        record(event(worker, code=79, first=t0 - minutes(45)), t0 - minutes(45), "ADDED"),
+        record(_failed(worker, 1, t0), t0 + minutes(0.1)),
+        record(updated(job, conditions=[condition("Failed", "PyTorchJobFailed", "worker 0 exited with code 1", t0)]), t0 + minutes(0.2)),
+    ]
+
+
 STORIES = {
     "pod-task-nvlink": pod_task_nvlink,
     "pod-task-plain": pod_task_plain_failure,
@@ -166,4 +193,6 @@ STORIES = {
     "jobset-restart-fail": jobset_restart_then_fail,
     "rayjob-user-fault": rayjob_user_fault,
     "late-fault": late_fault,
+    "pod-task-xid143": pod_task_xid143,
+    "slow-burn": slow_burn,
 }

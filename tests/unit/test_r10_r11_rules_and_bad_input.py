@@ -26,10 +26,12 @@ def test_r10_1_changing_a_setting_changes_the_version():
     assert Rules().version == base  # stable for the same rules
 
 
-def test_r10_1_changing_the_xid_table_changes_the_version(monkeypatch):
+def test_r10_1_changing_the_xid_table_changes_the_version():
     base = Rules().version
-    monkeypatch.setattr(xid, "CRITICAL_XIDS", xid.CRITICAL_XIDS | {143})
-    assert Rules().version != base
+    table = xid.DEFAULT_XID_TABLE
+    assert Rules(xid=xid.XidTable(critical=table.critical | {143})).version != base
+    assert Rules(xid=xid.XidTable(names={**table.names, 143: "GPU init error"})).version != base
+    assert Rules(xid=xid.XidTable()).version == base
 
 
 # --- R11 --------------------------------------------------------------------------------------

@@ -1,0 +1,96 @@
+"""SPEC R10: rule sets as data, replay with another rule set, and the diff."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.core.rules import DEFAULT_RULES, Rules
+from app.core.xid import XidTable
+from app.replay.diff import diff, final_verdicts
+from app.rulefile import RuleFileError, load_rules
+from tests.unit.scenario import run
+from tests.unit.stories import pod_task_xid143, slow_burn
+
+ROOT = Path(__file__).resolve().parents[2]
+RULE_FILE = ROOT / "examples" / "rules" / "xid-143-critical.toml"
+
+
+def test_r10_1_a_rule_file_names_and_versions_its_rule_set():
+    rules = load_rules(RULE_FILE)
+    assert rules.name == "xid143-critical" and rules.window_seconds == 3600 and 143 in rules.xid.critical
+    assert rules.version.startswith("xid143-critical@") and rules.version != DEFAULT_RULES.version
+    assert load_rules(None) is DEFAULT_RULES
+
+
+@pytest.mark.parametrize(
+    ("content", "names"),
+    [
+        ("windw_seconds = 60\n", "windw_seconds"),
+        ("window_seconds = -1\n", "$.window_seconds"),
+        ('[xid]\nsxid_severity = "HIGH"\n', "$.xid.sxid_severity"),
+        ('[xid]\ncritical = ["79"]\n', "$.xid.critical[0]"),
+        ("name = 'has space'\n", "$.name"),
+        ("name = \n", "not valid TOML"),
+    ],
+)
+def test_r10_1_a_bad_rule_file_gets_an_error_naming_the_field(tmp_path, content, names):
+    path = tmp_path / "bad.toml"
+    path.write_text(content)
+    with pytest.raises(RuleFileError, match=None) as error:
+        load_rules(path)
+    assert names in str(error.value) and str(path) in str(error.value)
+
+
+def test_r10_1_a_json_rule_file_works_too(tmp_path):
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"name": "j", "slack_seconds": 300}))
+    assert load_rules(path).slack_seconds == 300
+
+
+def _final(records, rules):
+    return final_verdicts((e.topic, e.key, e.value) for e in run(records, rules))
+
+
+def test_r10_2_diff_lists_each_changed_attempt_with_both_verdicts_and_the_reason():
+    records = pod_task_xid143() + slow_burn() + pod_task_xid143(run="other-2")
+    candidate_rules = Rules(name="candidate", window_seconds=3600, xid=XidTable(critical=XidTable().critical | {143}))
+    result = diff(_final(records, DEFAULT_RULES), _final(records, candidate_rules))
+    assert result.attempts_compared == 3 and len(result.changes) == 3
+    by_key = {c.key: c for c in result.changes}
+    xid143 = by_key["prod-a/ml/bench-11/score/1"]
+    assert (xid143.base.code, xid143.base.kind, xid143.candidate.code, xid143.candidate.kind) == ("Error", "USER", "GpuXidError", "SYSTEM")
+    assert "severity for Xid 143 changed (WARN -> CRITICAL)" in xid143.because
+    burn = by_key["prod-a/ml/ckpt-4/train/2"]
+    assert burn.base.fault is None and burn.candidate.fault.startswith("Xid 79 CRITICAL")
+    assert "relevance window" in burn.because
+    assert result.transitions == {"Error (USER) -> GpuXidError (SYSTEM)": 2, "PyTorchJobFailed (USER) -> PyTorchJobFailed (SYSTEM)": 1}
+    assert result.base_rules == [DEFAULT_RULES.version] and result.candidate_rules == [candidate_rules.version]
+
+
+def test_r10_2_same_rules_diff_to_nothing():
+    records = pod_task_xid143() + slow_burn()
+    assert diff(_final(records, DEFAULT_RULES), _final(records, DEFAULT_RULES)).changes == []
+
+
+def test_r10_2_reclassify_walkthrough_from_the_command_line(tmp_path):
+    trace = ROOT / "examples" / "traces" / "mixed.jsonl"
+    base, candidate = tmp_path / "base.jsonl", tmp_path / "candidate.jsonl"
+
+    def faultline(*args):
+        result = subprocess.run([sys.executable, "-m", "app", *args], cwd=ROOT, capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    faultline("replay", "--trace", str(trace), "--out", str(base))
+    faultline("replay", "--trace", str(trace), "--out", str(candidate), "--rules", str(RULE_FILE))
+    text = faultline("diff", "--base", str(base), "--candidate", str(candidate))
+    assert "2 of 10 attempts changed" in text and "Xid 143 changed (WARN -> CRITICAL)" in text
+    machine = json.loads(faultline("diff", "--base", str(base), "--candidate", str(candidate), "--format", "json"))
+    assert len(machine["changes"]) == 2 and machine["attempts_compared"] == 10
+    shown = json.loads(faultline("rules", "show", "--rules", str(RULE_FILE)))
+    assert shown["rules_version"] == load_rules(RULE_FILE).version and 143 in shown["xid"]["critical"]
