@@ -64,6 +64,9 @@ class Rules(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True):
     # R9.2: resume a preempted gang, per JobSet annotation, else this default.
     resume_after_preemption: bool = False
     resume_annotation: str = "faultline.io/resume-after-preemption"
+    # R9.6 with the policy off: wait for Kueue to record the eviction before ending, as
+    # with the policy on (order independent); false ends at once as `system` (Flyte).
+    await_eviction_with_policy_off: bool = True
     child_pod_labels: tuple[str, ...] = DEFAULT_CHILD_POD_LABELS
     # R3: the Xid table is part of the rule set.
     xid: XidTable = DEFAULT_XID_TABLE

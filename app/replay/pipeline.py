@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 
 from app.core.attempt_stage import AttemptState, attempt_expired, fold_attempt
 from app.core.emit import Emit
+from app.core.gang import GangInput, GangStateData, fold_gang, gang_expired, gang_key
 from app.core.job_facts import route_job
 from app.core.pod_stage import PodState, fold_event, fold_pod, pod_state_expired
 from app.core.rules import DEFAULT_RULES, Rules
@@ -31,6 +32,7 @@ class Pipeline:
         self.rules = rules
         self.pods: dict[str, PodState] = {}
         self.attempts: dict[str, AttemptState] = {}
+        self.gangs: dict[str, GangStateData] = {}
         self.stream_time = _DAWN
         self._next_sweep: datetime | None = None
         self.counts: Counter[str] = Counter()
@@ -75,10 +77,25 @@ class Pipeline:
         return emits
 
     def _job(self, envelope: TypedEnvelope) -> list[Emit]:
-        return route_job(envelope.type, envelope.observed_at, envelope.cluster, envelope.object, self.rules)
+        job = envelope.object
+        emits = route_job(envelope.type, envelope.observed_at, envelope.cluster, job, self.rules)
+        gang = gang_key(envelope.cluster, job)
+        if gang is not None:
+            emits += self._gang(gang, GangInput(envelope.type, envelope.observed_at, envelope.cluster, jobset=job))
+        return emits
 
     def _workload(self, envelope: TypedEnvelope) -> list[Emit]:
-        return []
+        gang = gang_key(envelope.cluster, envelope.object)
+        if gang is None:
+            return []  # a Workload of something other than a JobSet
+        return self._gang(gang, GangInput(envelope.type, envelope.observed_at, envelope.cluster, workload=envelope.object))
+
+    def _gang(self, key: str, record: GangInput) -> list[Emit]:
+        """The gang stage (R9), keyed by JobSet; in Kafka its input is a re-key topic."""
+        state, emits = fold_gang(self.gangs.get(key), record, self.rules)
+        if state is not None:
+            self.gangs[key] = state
+        return emits
 
     # --- stage 2 ---------------------------------------------------------------------------
 
@@ -108,3 +125,5 @@ class Pipeline:
             del self.pods[uid]
         for key in [k for k, s in self.attempts.items() if attempt_expired(s, at, rules)]:
             del self.attempts[key]
+        for key in [k for k, s in self.gangs.items() if gang_expired(s, at, rules)]:
+            del self.gangs[key]

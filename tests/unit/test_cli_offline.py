@@ -37,7 +37,7 @@ def test_replay_writes_every_output_record_as_json_lines(tmp_path):
     result = faultline("replay", "--trace", str(EXAMPLES / "mixed.jsonl"), "--out", str(out))
     assert result.returncode == 0, result.stderr
     records = [orjson.loads(line) for line in out.read_bytes().splitlines()]
-    assert {r["topic"] for r in records} == {"faultline.faults", "faultline.classified-failures"}
+    assert {r["topic"] for r in records} == {"faultline.faults", "faultline.classified-failures", "faultline.gang-transitions"}
     assert all(set(r) == {"topic", "key", "value"} and r["value"]["schema"].startswith("faultline.") for r in records)
     again = tmp_path / "again.jsonl"
     faultline("replay", "--trace", str(EXAMPLES / "mixed.jsonl"), "--out", str(again))

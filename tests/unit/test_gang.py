@@ -1,0 +1,616 @@
+"""SPEC R9: the Kueue preemption / readmission state machine of a JobSet (scenarios S60–S77)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import msgspec
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from app.core import gang, kueue
+from app.core.gang import GangInput, fold_gang, gang_expired, gang_key, is_suspended
+from app.core.rules import DEFAULT_RULES, Rules
+from app.model.envelope import JOBS, WORKLOADS
+from app.model.k8s import Job, Workload
+from app.model.records import GANG_TRANSITIONS, GangTransition
+from tests.unit.gang_builders import (
+    CLUSTER,
+    JOBSET_NAME,
+    JOBSET_UID,
+    NAMESPACE,
+    V1BETA1,
+    WORKLOAD_UID,
+    GangWorld,
+    Line,
+    feed,
+    interleave,
+    jobset,
+    k8s_time,
+    to_input,
+    workload,
+)
+from tests.unit.make_gang_example import EXAMPLE, example_world, render
+
+PREEMPTION_TEXT = (
+    "Preempted to accommodate a workload (UID: c7d2f3a1-9b8e-4d6c-a5f4-3e2d1c0b9a87, "
+    "JobUID: 0d9e8f7a-6b5c-4d3e-2f1a-0b9c8d7e6f5a) due to prioritization in the ClusterQueue; "
+    "preemptor path: /gpu-cq; preemptee path: /gpu-cq"
+)
+SYSTEM = "; this does not count against the task's retries"
+USER = "; this uses one of the task's retries"
+
+
+def transitions(lines: list[Line], rules: Rules = DEFAULT_RULES) -> list[GangTransition]:
+    _, emitted = feed(lines, rules)
+    assert all(e.topic == GANG_TRANSITIONS for e in emitted)
+    return [e.value for e in emitted]
+
+
+def last(world: GangWorld, rules: Rules = DEFAULT_RULES) -> GangTransition:
+    return transitions(world.records, rules)[-1]
+
+
+def steps(lines: list[Line], rules: Rules = DEFAULT_RULES) -> list[tuple[str, str]]:
+    return [(t.to, t.reason) for t in transitions(lines, rules)]
+
+
+# --- R9.1 the JobSet's Workload ------------------------------------------------------
+
+
+def test_r9_1_workload_is_linked_by_job_uid_label_and_keyed_by_cluster() -> None:
+    wl = to_input(GangWorld().create_workload().records[0]).workload
+    js = to_input(GangWorld().create_jobset().records[0]).jobset
+    assert wl is not None and js is not None
+    assert gang_key(CLUSTER, wl) == gang_key(CLUSTER, js) == f"{CLUSTER}/{JOBSET_UID}"
+
+
+def test_r9_1_workload_without_label_is_linked_by_controller_owner_reference() -> None:
+    world = GangWorld(policy="true", labelled=False).start().preempt().suspend().release_quota()
+    assert last(world).to == "WaitingForReadmission"
+
+
+def test_r9_1_workload_of_another_kind_or_a_non_jobset_job_has_no_gang() -> None:
+    batch = workload(owned=False)
+    batch["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": JOBSET_UID, "controller": True}]
+    raycluster = {**jobset(), "kind": "RayJob", "apiVersion": "ray.io/v1"}
+    assert gang_key(CLUSTER, msgspec.convert(batch, Workload)) is None
+    assert gang_key(CLUSTER, msgspec.convert(raycluster, Job)) is None
+    assert gang_key(CLUSTER, msgspec.convert(workload(labelled=False, owned=False), Workload)) is None
+
+
+def test_r9_1_workload_seen_before_its_jobset_is_held() -> None:
+    world = GangWorld(policy="true").start().preempt().suspend().release_quota()
+    state, emitted = feed(world.workload_records(), DEFAULT_RULES)
+    assert emitted == [] and state is not None and state.jobset is None
+    state, emitted = feed(world.jobset_records(), DEFAULT_RULES, state)
+    assert [e.value.to for e in emitted] == ["Running", "WaitingForReadmission"]
+
+
+def test_r9_1_the_newest_workload_is_used_s77() -> None:
+    # S77: `older` (created first) shows a NodeFailures eviction, `newer` a preemption.
+    older = GangWorld(policy="true", workload_uid="older-uid", workload_name="jobset-run-abc-a0-1-older")
+    older.create_workload().admit().evict("NodeFailures")
+    world = GangWorld(policy="true", workload_uid="newer-uid", workload_name="jobset-run-abc-a0-1-newer")
+    world.wl["metadata"]["creationTimestamp"] = k8s_time(world.now + timedelta(seconds=100))
+    world.start().preempt().suspend().release_quota()
+    ended = transitions(older.records + world.records)
+    assert ended[-1].to == "WaitingForReadmission"
+    assert ended[-1].workload is not None and ended[-1].workload.uid == "newer-uid"
+
+
+# --- R9.2 the policy -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("annotation", "default", "expected"),
+    [
+        ("true", False, "WaitingForReadmission"),
+        ("false", True, "Ended"),
+        (None, False, "Ended"),
+        (None, True, "WaitingForReadmission"),
+        ("yes", False, "Ended"),
+        ("True", True, "WaitingForReadmission"),
+    ],
+)
+def test_r9_2_policy_from_annotation_else_configured_default(annotation: str | None, default: bool, expected: str) -> None:
+    rules = Rules(resume_after_preemption=default)
+    world = GangWorld(policy=annotation).start().preempt().suspend().release_quota()
+    assert last(world, rules).to == expected
+
+
+# --- R9.3 suspended and started ------------------------------------------------------
+
+
+def test_r9_3_suspended_by_spec_or_by_newest_true_condition() -> None:
+    js = jobset(suspend=False)
+    js["status"]["conditions"] = [
+        {"type": "StartupPolicyCompleted", "status": "True", "reason": "InOrderStartupPolicyCompleted", "message": "", "lastTransitionTime": "2026-09-15T10:00:00Z"},
+        {"type": "Suspended", "status": "True", "reason": "SuspendedJobs", "message": "jobset is suspended", "lastTransitionTime": "2026-09-15T10:05:00Z"},
+    ]
+    assert is_suspended(msgspec.convert(js, Job))
+    js["status"]["conditions"][1]["status"] = "False"
+    assert not is_suspended(msgspec.convert(js, Job))
+    assert is_suspended(msgspec.convert(jobset(suspend=True), Job))
+
+
+def test_r9_3_eviction_before_start_keeps_the_gang_pending() -> None:
+    # Preempted after admission but before Kueue released the JobSet: nothing has started.
+    world = GangWorld(policy="false").create_jobset().create_workload().admit().preempt().release_quota()
+    assert transitions(world.records) == []
+
+
+def test_r9_3_released_by_kueue_counts_as_started_before_any_worker_is_ready() -> None:
+    world = GangWorld(policy="false").create_jobset().create_workload().admit().unsuspend()
+    world.evict("PodsReadyTimeout").suspend().release_quota()
+    got = [(t.to, t.code, t.retry) for t in transitions(world.records)]
+    assert (got[0], got[-1]) == (("Running", None, None), ("Ended", "GangEvicted", "system"))
+
+
+def test_r9_3_restarts_or_ready_workers_count_as_started() -> None:
+    world = GangWorld(policy="false").create_jobset().create_workload().admit().unsuspend().restart()
+    assert [t.to for t in transitions(world.records)] == ["Running"]
+
+
+# --- R9.4 preemption -----------------------------------------------------------------
+
+
+def test_r9_4_preempted_with_policy_on_waits_for_readmission_s67() -> None:
+    world = GangWorld(policy="true").start().preempt("InClusterQueue").suspend().release_quota()
+    waiting = last(world)
+    assert (waiting.from_, waiting.to, waiting.code, waiting.retry) == ("Running", "WaitingForReadmission", None, None)
+    assert waiting.reason == f"gang evicted by kueue (Preempted, InClusterQueue): {PREEMPTION_TEXT}; waiting for re-admission"
+
+
+def test_r9_4_preempted_with_policy_off_ends_and_uses_a_retry_s60() -> None:
+    world = GangWorld(policy="false").start().preempt("InClusterQueue").suspend().release_quota()
+    ended = last(world)
+    assert (ended.to, ended.code, ended.retry) == ("Ended", "GangEvicted", "user")
+    assert ended.reason == f"gang evicted by kueue (Preempted, InClusterQueue): {PREEMPTION_TEXT}{USER}"
+
+
+@pytest.mark.parametrize("detail", ["InCohortReclamation", "InCohortFairSharing", "InCohortReclaimWhileBorrowing"])
+def test_r9_4_preempted_condition_reason_is_carried(detail: str) -> None:
+    world = GangWorld(policy="true").start().preempt(detail).suspend().release_quota()
+    assert last(world).reason.startswith(f"gang evicted by kueue (Preempted, {detail}): Preempted to accommodate")
+
+
+# --- R9.5 every other eviction -------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy", ["true", "false"])
+@pytest.mark.parametrize(
+    "reason",
+    ["PodsReadyTimeout", "NodeFailures", "AdmissionCheck", "ClusterQueueStopped", "LocalQueueStopped", "DeactivatedDueToRequeuingLimitExceeded", "WorkloadSliceReplaced", "SomethingNew"],
+)
+def test_r9_5_other_evictions_end_as_system_whatever_the_policy_s64_s72(policy: str, reason: str) -> None:
+    world = GangWorld(policy=policy).start().evict(reason).suspend().release_quota()
+    ended = last(world)
+    assert (ended.to, ended.code, ended.retry) == ("Ended", "GangEvicted", "system")
+    message = world.eviction_message
+    assert ended.reason == f"gang evicted by kueue ({reason})" + (f": {message}" if message else "") + SYSTEM
+
+
+@pytest.mark.parametrize("policy", ["true", "false"])
+def test_r9_5_deactivated_is_system_s63(policy: str) -> None:
+    world = GangWorld(policy=policy).start().deactivate().suspend().release_quota()
+    assert last(world).reason == f"gang evicted by kueue (Deactivated): The workload is deactivated{SYSTEM}"
+
+
+@pytest.mark.parametrize("policy", ["true", "false"])
+def test_r9_5_maximum_execution_time_is_the_tasks_own_doing_s62_s74(policy: str) -> None:
+    world = GangWorld(policy=policy).start().exceed_max_execution_time().suspend().release_quota()
+    ended = last(world)
+    assert (ended.to, ended.code, ended.retry) == ("Ended", "GangEvicted", "user")
+    assert ended.reason == (
+        "gang evicted by kueue (DeactivatedDueToMaximumExecutionTimeExceeded): "
+        f"The workload is deactivated due to exceeding the maximum execution time{USER}"
+    )
+
+
+def test_r9_5_eviction_message_is_trimmed_s64() -> None:
+    world = GangWorld(policy="true").start().evict("PodsReadyTimeout", "  Exceeded the PodsReady timeout team-a/wl  ")
+    world.suspend().release_quota()
+    assert last(world).reason == f"gang evicted by kueue (PodsReadyTimeout): Exceeded the PodsReady timeout team-a/wl{SYSTEM}"
+
+
+# --- R9.6 suspended before Kueue wrote Evicted ---------------------------------------
+
+
+def test_r9_6_suspended_before_evicted_waits_then_decides_s71() -> None:
+    world = GangWorld(policy="true").start().suspend()
+    assert steps(world.records)[-1] == ("Running", "waiting for Kueue to record the eviction")
+    world.preempt().release_quota()
+    assert last(world).to == "Running"  # is the JobSet still suspended? its next record says
+    world.jobs_stopped()
+    waiting = last(world)
+    assert (waiting.to, waiting.at) == ("WaitingForReadmission", to_input(world.workload_records()[-2]).observed_at)
+
+
+def test_r9_6_policy_off_also_waits_so_the_jobset_arriving_first_changes_nothing() -> None:
+    # The issue's example: JobSet suspended, Workload Evicted=True Preempted not seen yet.
+    world = GangWorld(policy="false").start().preempt().suspend().release_quota()
+    jobsets, workloads = world.jobset_records(), world.workload_records()
+    admitted = 4  # the Workload's records up to PodsReady; its eviction comes after every JobSet record
+    jobset_first = workloads[:admitted] + jobsets + workloads[admitted:]
+    for lines in (world.records, jobset_first):
+        ended = transitions(lines)[-1]
+        assert (ended.to, ended.retry, ended.at) == ("Ended", "user", last(world).at)
+
+
+def test_r9_6_policy_off_without_the_wait_ends_as_system_at_once_s66() -> None:
+    world = GangWorld(policy="false").start().suspend()
+    ended = last(world, Rules(await_eviction_with_policy_off=False))
+    assert (ended.to, ended.code, ended.retry) == ("Ended", "GangEvicted", "system")
+    assert ended.reason == f"gang evicted by kueue{SYSTEM}"
+
+
+def test_r9_6_suspension_nothing_evicted_then_running_again_is_running() -> None:
+    # Kueue releases a JobSet someone else suspended; the Workload's next change (here:
+    # Finished) shows no eviction happened, and the attempt goes on.
+    world = GangWorld(policy="true").start().suspend().unsuspend().workers_ready()
+    assert steps(world.records)[-1] == ("Running", "waiting for Kueue to record the eviction")
+    world.complete().finish()
+    assert last(world).to == "Completed"
+
+
+def test_r9_6b_ending_texts() -> None:
+    preempted = kueue.Classified("Preempted", "InClusterQueue", "M", "user")
+    assert kueue.ending_reason(preempted) == "gang evicted by kueue (Preempted, InClusterQueue): M; this uses one of the task's retries"
+    assert kueue.ending_reason(kueue.Classified("NodeFailures", "", "", "system")) == f"gang evicted by kueue (NodeFailures){SYSTEM}"
+    assert kueue.ending_reason(None) == f"gang evicted by kueue{SYSTEM}"
+
+
+# --- R9.7 Workload not known ---------------------------------------------------------
+
+
+def test_r9_7_no_workload_ever_seen_ends_on_the_next_observation_s65_s73() -> None:
+    world = GangWorld(policy="true").create_jobset().unsuspend().workers_ready()
+    world.suspend(status_update=False)
+    assert steps(world.jobset_records())[-1] == ("Running", "waiting for Kueue to record the eviction")
+    world.suspend()  # a later observation, still suspended, still no Workload
+    ended = transitions(world.jobset_records())[-1]
+    assert (ended.to, ended.code, ended.retry, ended.reason) == ("Ended", "GangEvicted", "system", f"gang evicted by kueue{SYSTEM}")
+    assert ended.workload is None
+
+
+def test_r9_7_deleted_workload_ends_as_system_s73() -> None:
+    world = GangWorld(policy="true").start().delete_workload().suspend()
+    ended = last(world)
+    assert (ended.to, ended.code, ended.retry, ended.reason) == ("Ended", "GangEvicted", "system", f"gang evicted by kueue{SYSTEM}")
+
+
+def test_r9_7_workload_deleted_while_waiting_ends_as_system() -> None:
+    world = GangWorld(policy="true").start().preempt().suspend().release_quota().delete_workload()
+    assert (last(world).from_, last(world).to, last(world).retry) == ("WaitingForReadmission", "Ended", "system")
+
+
+# --- R9.8 spec.active: false ---------------------------------------------------------
+
+
+def test_r9_8_deactivated_while_waiting_ends_as_system_without_the_stale_message_s69() -> None:
+    world = GangWorld(policy="true").start().preempt().suspend().release_quota().deactivate(evicts=False)
+    ended = last(world)
+    assert (ended.from_, ended.to, ended.code, ended.retry) == ("WaitingForReadmission", "Ended", "GangEvicted", "system")
+    assert ended.reason == f"gang evicted by kueue (Deactivated){SYSTEM}"
+
+
+@pytest.mark.parametrize("policy", ["true", "false"])
+def test_r9_8_inactive_with_stale_preempted_reason_is_a_deactivation_s70(policy: str) -> None:
+    world = GangWorld(policy=policy).start().preempt().deactivate(evicts=False).suspend().release_quota()
+    ended = last(world)
+    assert (ended.to, ended.retry, ended.reason) == ("Ended", "system", f"gang evicted by kueue (Deactivated){SYSTEM}")
+
+
+def test_r9_8_deactivation_reason_already_deactivated_is_kept_s74() -> None:
+    world = GangWorld(policy="true").start().exceed_max_execution_time().suspend().release_quota()
+    assert last(world).reason.startswith("gang evicted by kueue (DeactivatedDueToMaximumExecutionTimeExceeded): ")
+
+
+def test_r9_8_inactive_before_kueue_records_the_eviction_is_checked_first() -> None:
+    world = GangWorld(policy="true").start().deactivate(evicts=False)  # Kueue has not evicted yet
+    world.suspend().release_quota()
+    assert (last(world).to, last(world).reason) == ("Ended", f"gang evicted by kueue (Deactivated){SYSTEM}")
+
+
+# --- R9.9 readmission ----------------------------------------------------------------
+
+
+def test_r9_9_readmission_returns_to_running_with_the_wait_time_then_completes_s68() -> None:
+    world = GangWorld(policy="true").start().preempt().suspend().release_quota().pause(600)
+    world.readmit().unsuspend().workers_ready().complete().finish()
+    got = transitions(world.records)
+    assert [(t.from_, t.to) for t in got] == [
+        ("Pending", "Running"),
+        ("Running", "WaitingForReadmission"),
+        ("WaitingForReadmission", "Running"),
+        ("Running", "Completed"),
+    ]
+    waiting, readmitted = got[1], got[2]
+    assert readmitted.reason == "re-admitted by kueue; running"
+    assert readmitted.waited_seconds == (readmitted.at - waiting.at).total_seconds() > 600
+    assert readmitted.attempt == waiting.attempt == "1"  # same attempt
+
+
+def test_r9_9_evicted_false_while_still_suspended_keeps_waiting() -> None:
+    world = GangWorld(policy="true").start().preempt().suspend().release_quota().readmit()
+    assert last(world).to == "WaitingForReadmission"
+    world.unsuspend()
+    assert last(world).to == "Running"
+
+
+def test_r9_9_preempted_again_after_readmission_waits_again() -> None:
+    world = GangWorld(policy="true").start().preempt().suspend().release_quota().readmit().unsuspend().workers_ready()
+    world.preempt("InCohortReclamation").suspend().release_quota()
+    assert [t.to for t in transitions(world.records)] == ["Running", "WaitingForReadmission", "Running", "WaitingForReadmission"]
+    assert "(Preempted, InCohortReclamation)" in last(world).reason
+
+
+# --- R9.10 JobSet Completed / Failed -------------------------------------------------
+
+
+def test_r9_10_completed_condition_completes_the_gang() -> None:
+    world = GangWorld(policy="true").start().complete().finish()
+    done = last(world)
+    assert (done.from_, done.to, done.code, done.retry) == ("Running", "Completed", None, None)
+    assert done.reason == "jobset completed (AllJobsCompleted): jobset completed successfully"
+
+
+def test_r9_10_failed_condition_ends_with_its_reason_as_code() -> None:
+    world = GangWorld(policy="true").start().fail()
+    done = last(world)
+    assert (done.to, done.code, done.retry) == ("Ended", "FailedJobs", None)
+    assert done.reason == "jobset failed (FailedJobs): jobset failed due to one or more job failures"
+
+
+# --- R9.11 the transition record -----------------------------------------------------
+
+
+def test_r9_11_transition_record_fields() -> None:
+    world = GangWorld(policy="true").start().preempt().suspend().release_quota()
+    waiting = last(world)
+    suspended_at = world.jobset_records()[-2]["value"]["observed_at"]
+    encoded = msgspec.json.decode(msgspec.json.encode(waiting))
+    assert encoded == {
+        "schema": "faultline.GangTransition/v1",
+        "key": f"{CLUSTER}/{NAMESPACE}/{JOBSET_NAME}",
+        "cluster": CLUSTER,
+        "namespace": NAMESPACE,
+        "jobset": {"name": JOBSET_NAME, "uid": JOBSET_UID},
+        "workload": {"name": f"jobset-{JOBSET_NAME}-3f9a2", "uid": WORKLOAD_UID},
+        "run": "run-abc",
+        "action": "a0",
+        "attempt": "1",
+        "from": "Running",
+        "to": "WaitingForReadmission",
+        "code": None,
+        "retry": None,
+        "reason": f"gang evicted by kueue (Preempted, InClusterQueue): {PREEMPTION_TEXT}; waiting for re-admission",
+        "at": suspended_at,  # the JobSet seen suspended, after the Workload seen evicted
+        "waited_seconds": None,
+        "rules_version": DEFAULT_RULES.version,
+    }
+    _, emitted = feed(world.records, DEFAULT_RULES)
+    assert emitted[-1].key == f"{CLUSTER}/{NAMESPACE}/{JOBSET_NAME}"
+
+
+def test_r9_11_attempt_labels_are_null_when_absent() -> None:
+    world = GangWorld(policy="true", labels={}).start()
+    running = last(world)
+    assert (running.run, running.action, running.attempt) == (None, None, None)
+
+
+def test_r9_11_identical_recomputation_emits_nothing() -> None:
+    world = GangWorld(policy="true").start().preempt().suspend().release_quota()
+    state, _ = feed(world.records, DEFAULT_RULES)
+    for line in world.records[-3:]:
+        state, emitted = fold_gang(state, to_input(line), DEFAULT_RULES)
+        assert emitted == []
+
+
+def test_r9_11_an_ending_is_final() -> None:
+    world = GangWorld(policy="false").start().preempt().suspend().release_quota()
+    world.readmit().unsuspend().workers_ready().complete().finish()
+    assert [t.to for t in transitions(world.records)] == ["Running", "Running", "Ended"]
+
+
+def test_gang_input_needs_exactly_one_object() -> None:
+    js = msgspec.convert(jobset(), Job)
+    wl = msgspec.convert(workload(), Workload)
+    at = to_input(GangWorld().create_jobset().records[0]).observed_at
+    with pytest.raises(ValueError, match="exactly one of jobset or workload"):
+        GangInput(change="ADDED", observed_at=at, cluster=CLUSTER, jobset=js, workload=wl)
+    with pytest.raises(ValueError, match="exactly one of jobset or workload"):
+        GangInput(change="ADDED", observed_at=at, cluster=CLUSTER)
+
+
+# --- Kueue API versions --------------------------------------------------------------
+
+
+def test_v1beta1_workload_reads_the_same_as_v1beta2() -> None:
+    def story(api_version: str) -> list[tuple[str, str | None, str | None, str, float | None]]:
+        world = GangWorld(policy="true", api_version=api_version).start().preempt().suspend().release_quota()
+        world.readmit().unsuspend().workers_ready().preempt().deactivate(evicts=False)
+        return [(t.to, t.code, t.retry, t.reason, t.waited_seconds) for t in transitions(world.records)]
+
+    assert GangWorld(api_version=V1BETA1).wl["apiVersion"] == V1BETA1
+    assert story(V1BETA1) == story("kueue.x-k8s.io/v1beta2")
+
+
+# --- R7 order, determinism, retention ------------------------------------------------
+
+PREEMPTION_DETAILS = ["InClusterQueue", "InCohortReclamation", "InCohortFairSharing", "InCohortReclaimWhileBorrowing"]
+EVICTIONS = [
+    "Preempted",
+    "Preempted",
+    "Preempted",
+    "PodsReadyTimeout",
+    "NodeFailures",
+    "ClusterQueueStopped",
+    "Deactivated",
+    "DeactivatedDueToMaximumExecutionTimeExceeded",
+    None,  # suspended by someone else; Kueue releases it again
+]
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> GangWorld:
+    """A JobSet and its Workload, written in the order the controllers write them."""
+    policy = draw(st.sampled_from(["true", "true", "false", None, "maybe"]))
+    world = GangWorld(policy=policy, api_version=draw(st.sampled_from([V1BETA1, "kueue.x-k8s.io/v1beta2"])))
+    world.start()
+    for _ in range(draw(st.integers(0, 3))):
+        reason = draw(st.sampled_from(EVICTIONS))
+        jobset_first = draw(st.booleans())  # the bridge saw the suspension before the eviction
+        updates = draw(st.booleans())
+        if reason is None:
+            world.suspend(status_update=updates).unsuspend().workers_ready()
+            continue
+        if jobset_first:
+            world.suspend(status_update=updates)
+        if reason == "Preempted":
+            world.preempt(draw(st.sampled_from(PREEMPTION_DETAILS)))
+        elif reason == "Deactivated":
+            world.deactivate()
+        elif reason == "DeactivatedDueToMaximumExecutionTimeExceeded":
+            world.exceed_max_execution_time()
+        else:
+            world.evict(reason)
+        if not jobset_first:
+            world.suspend(status_update=updates)
+        if draw(st.booleans()):
+            world.jobs_stopped()
+        if draw(st.booleans()):
+            world.release_quota()
+        after = draw(st.sampled_from(["readmit", "readmit", "deactivate", "delete", "nothing"]))
+        if after == "readmit" and world.wl["spec"]["active"]:
+            world.readmit().unsuspend().workers_ready()
+            continue
+        if after == "deactivate":
+            world.deactivate(evicts=False)
+        elif after == "delete":
+            world.delete_workload()
+        return world
+    ending = draw(st.sampled_from(["complete", "fail", "delete", "none"]))
+    if ending == "complete":
+        world.complete().finish()
+    elif ending == "fail":
+        world.fail().finish()
+    elif ending == "delete":
+        world.delete_jobset().delete_workload()
+    return world
+
+
+
+def outcome(lines: list[Line]) -> tuple[tuple[str, str | None, str | None] | None, list[tuple[str, str | None, str | None, str, str]]]:
+    state, emitted = feed(lines, DEFAULT_RULES)
+    final = (state.status.state, state.status.code, state.status.retry) if state and state.status else None
+    endings = [
+        (t.to, t.code, t.retry, t.reason, t.at.isoformat())
+        for t in (e.value for e in emitted)
+        if t.to in ("Ended", "Completed")
+    ]
+    return final, endings
+
+
+def workload_known_in_time(lines: list[Line]) -> bool:
+    """False in R9.7's unavoidable exception: no Workload record yet at the JobSet's next
+    observation after it was first suspended (a missing Workload looks just the same)."""
+    released = False
+    since_suspended = 0
+    for line in lines:
+        if line["topic"] == WORKLOADS:
+            return True
+        if since_suspended:
+            return False
+        suspended = line["value"]["type"] != "DELETED" and line["value"]["object"]["spec"]["suspend"]
+        released = released or not suspended
+        since_suspended = int(released and suspended)
+    return True
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(world=scenarios(), data=st.data())
+def test_r7_1_final_state_does_not_depend_on_how_jobset_and_workload_records_interleave(world: GangWorld, data: st.DataObject) -> None:
+    jobsets, workloads = world.jobset_records(), world.workload_records()
+    picks = data.draw(st.permutations([True] * len(jobsets) + [False] * len(workloads)), label="True: next JobSet record")
+    shuffled = interleave(jobsets, workloads, picks)
+    assume(workload_known_in_time(shuffled))
+    final, endings = outcome(shuffled)
+    assert (final, endings) == outcome(world.records)  # the order the bridge observed them
+    assert len(endings) <= 1
+
+
+def test_r7_1_a_workload_arriving_after_two_suspended_observations_counts_as_none() -> None:
+    # Documented limit: a Workload whose every record arrives after the JobSet's next
+    # observation is indistinguishable from no Workload (R9.7).
+    world = GangWorld(policy="true").start().preempt().suspend().release_quota()
+    late = world.jobset_records() + world.workload_records()
+    assert not workload_known_in_time(late)
+    assert (transitions(late)[-1].to, transitions(late)[-1].retry) == ("Ended", "system")
+
+
+def test_r7_3_same_records_same_bytes() -> None:
+    world = GangWorld(policy="true").start().preempt().suspend().release_quota().readmit().unsuspend().complete()
+    first = [msgspec.json.encode(t) for t in transitions(world.records)]
+    assert first == [msgspec.json.encode(t) for t in transitions(world.records)]
+
+
+def test_r7_4_ended_gang_expires_after_retention_in_stream_time() -> None:
+    world = GangWorld(policy="false").start().preempt().suspend().release_quota()
+    state, _ = feed(world.records, DEFAULT_RULES)
+    assert state is not None and state.status is not None
+    ended_at = state.status.at
+    assert not gang_expired(state, ended_at + DEFAULT_RULES.retention - timedelta(seconds=1), DEFAULT_RULES)
+    assert gang_expired(state, ended_at + DEFAULT_RULES.retention, DEFAULT_RULES)
+
+
+def test_r7_4_waiting_gang_expires_only_once_its_jobset_is_deleted() -> None:
+    world = GangWorld(policy="true").start().preempt().suspend().release_quota()
+    state, _ = feed(world.records, DEFAULT_RULES)
+    assert state is not None
+    far = world.now + timedelta(days=30)
+    assert not gang_expired(state, far, DEFAULT_RULES)
+    state, emitted = feed(world.delete_jobset().records[-1:], DEFAULT_RULES, state)
+    assert emitted == [] and state is not None and state.deleted_at is not None
+    assert gang_expired(state, state.deleted_at + DEFAULT_RULES.retention, DEFAULT_RULES)
+
+
+def test_r7_4_identical_jobset_observations_keep_the_state_small() -> None:
+    world = GangWorld(policy="true").start()
+    for _ in range(50):
+        world.workers_ready()  # status resyncs that change nothing R9 reads
+    world.preempt().suspend().release_quota()
+    state, _ = feed(world.records, DEFAULT_RULES)
+    assert state is not None and state.jobset is not None
+    assert len(state.jobset.views) < 12
+    assert last(world).to == "WaitingForReadmission"
+
+
+def test_r7_4_workload_whose_jobset_never_came_expires() -> None:
+    state, _ = feed(GangWorld().create_workload().records, DEFAULT_RULES)
+    assert state is not None
+    assert gang_expired(state, state.last_seen + DEFAULT_RULES.retention, DEFAULT_RULES)
+
+
+# --- the example trace ---------------------------------------------------------------
+
+
+def test_example_trace_is_what_the_generator_writes() -> None:
+    assert Path(EXAMPLE).read_text() == render(example_world())
+
+
+def test_example_trace_preempt_wait_readmit_complete() -> None:
+    lines = [msgspec.json.decode(raw) for raw in Path(EXAMPLE).read_bytes().splitlines()]
+    assert {line["topic"] for line in lines} == {JOBS, WORKLOADS}
+    got = transitions(lines)
+    assert [(t.from_, t.to) for t in got] == [
+        ("Pending", "Running"),
+        ("Running", "WaitingForReadmission"),
+        ("WaitingForReadmission", "Running"),
+        ("Running", "Completed"),
+    ]
+    assert got[2].waited_seconds is not None and got[2].waited_seconds > 900
+    assert {(t.run, t.action, t.attempt) for t in got} == {("run-abc", "a0", "1")}
