@@ -6,9 +6,10 @@ from pathlib import Path
 
 import msgspec
 
+from app.model.fleet_records import DERIVED_RECORD_TYPES
 from app.model.records import ClassifiedFailure, DeadLetter, Fault, GangTransition
 
-RECORD_TYPES: tuple[type, ...] = (Fault, ClassifiedFailure, GangTransition, DeadLetter)
+RECORD_TYPES: tuple[type, ...] = (Fault, ClassifiedFailure, GangTransition, DeadLetter, *DERIVED_RECORD_TYPES)
 
 
 def schema_files() -> dict[str, bytes]:

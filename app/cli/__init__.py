@@ -6,17 +6,17 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from app.cli import offline
+from app.cli import fleet, offline
 
-_MODULES = [offline]
-try:  # the streaming commands need Faust and kafka-python; the offline ones never do
-    from app.cli import streaming
+_MODULES = [offline, fleet]
+try:  # the streaming and bridge commands need Faust, kafka-python and kubernetes
+    from app.cli import bridge, streaming
 
-    _MODULES.append(streaming)
-except ImportError as exc:  # pragma: no cover - only on an install without them
-    _STREAMING_MISSING = str(exc)
+    _MODULES += [streaming, bridge]
+except ImportError as exc:  # pragma: no cover - only on an install without the extras
+    _MISSING_EXTRAS = f"{exc}: install faultline[stream,bridge] for the streaming and bridge commands"
 else:
-    _STREAMING_MISSING = ""
+    _MISSING_EXTRAS = ""
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -24,23 +24,25 @@ from app.replay.diff import Diff, diff, final_verdicts
 from app.replay.pipeline import Pipeline
 from app.replay.trace import OutputLine, encode_output, read_lines, replay
 from app.rulefile import RuleFileError, load_rules, rules_document
+from app.web.view import LiveFleet
 
 
 def register(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("replay", help="run a trace through the rules; write every output record as JSON Lines")
     p.add_argument("--trace", type=Path, required=True, help="trace file (JSON Lines of source records)")
     p.add_argument("--out", type=Path, required=True, help="output file ('-' for stdout)")
-    _rules_option(p)
+    add_rules_option(p)
     p.set_defaults(run=run_replay)
 
     p = commands.add_parser("classify", help="print the final verdict of every failed attempt in a trace")
     p.add_argument("trace", type=Path, help="trace file (JSON Lines of source records)")
-    _rules_option(p)
+    p.add_argument("--fleet", action="store_true", help="also print the fleet-health summary (as `faultline fleet`)")
+    add_rules_option(p)
     p.set_defaults(run=run_classify)
 
     p = commands.add_parser("rules", help="show a rule set (the default, or --rules FILE) with its rules_version")
     p.add_argument("action", choices=["show"], help="show: print the rule set as JSON")
-    _rules_option(p)
+    add_rules_option(p)
     p.set_defaults(run=run_rules)
 
     p = commands.add_parser("diff", help="list the attempts whose verdict differs between two replays")
@@ -55,28 +57,28 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run_schemas)
 
 
-def _rules_option(parser: argparse.ArgumentParser) -> None:
+def add_rules_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rules", type=Path, default=None, metavar="FILE", help="rule file (.toml or .json); default: the built-in rules")
 
 
-def _rules(args: argparse.Namespace) -> Rules:
+def rules_from_args(args: argparse.Namespace) -> Rules:
     try:
         return load_rules(args.rules)
     except RuleFileError as exc:
         raise SystemExit(f"faultline: {exc}") from None
 
 
-def _require_trace(path: Path) -> None:
+def require_trace(path: Path) -> None:
     if not path.is_file():
         raise SystemExit(f"faultline: trace file {path} does not exist (give the path of a .jsonl trace)")
 
 
-def _report_dead_letter(emit: Emit) -> None:
+def report_dead_letter(emit: Emit) -> None:
     letter = emit.value
     print(f"faultline: line {letter.offset}: skipped ({letter.reason})", file=sys.stderr)
 
 
-def _finish(pipeline: Pipeline) -> int:
+def finish_run(pipeline: Pipeline) -> int:
     """Non-zero only when nothing at all could be read (R11.1: bad lines are skipped)."""
     records, bad = pipeline.counts["records"], pipeline.counts["dead_letters"]
     if bad:
@@ -88,18 +90,18 @@ def _finish(pipeline: Pipeline) -> int:
 
 
 def run_replay(args: argparse.Namespace) -> int:
-    _require_trace(args.trace)
-    pipeline = Pipeline(_rules(args))
+    require_trace(args.trace)
+    pipeline = Pipeline(rules_from_args(args))
     out = sys.stdout.buffer if str(args.out) == "-" else args.out.open("wb")
     try:
         for emit in replay(read_lines(args.trace), pipeline):
             if emit.topic == DEAD_LETTER:
-                _report_dead_letter(emit)
+                report_dead_letter(emit)
             out.write(encode_output(emit) + b"\n")
     finally:
         if out is not sys.stdout.buffer:
             out.close()
-    return _finish(pipeline)
+    return finish_run(pipeline)
 
 
 def describe_fault(v: ClassifiedFailure) -> str:
@@ -133,17 +135,18 @@ def describe_transition(t: GangTransition) -> str:
 
 
 def run_classify(args: argparse.Namespace) -> int:
-    _require_trace(args.trace)
-    pipeline = Pipeline(_rules(args))
+    require_trace(args.trace)
+    pipeline = Pipeline(rules_from_args(args))
     verdicts: dict[str, ClassifiedFailure] = {}
     transitions: list[GangTransition] = []
-    for emit in replay(read_lines(args.trace), pipeline):
+    fleet = LiveFleet()
+    for emit in fleet.watch(replay(read_lines(args.trace), pipeline)):
         if emit.topic == CLASSIFIED_FAILURES:
             verdicts[emit.key] = emit.value  # a later revision supersedes (R7.2)
         elif emit.topic == GANG_TRANSITIONS:
             transitions.append(emit.value)
         elif emit.topic == DEAD_LETTER:
-            _report_dead_letter(emit)
+            report_dead_letter(emit)
     if verdicts:
         print("\n".join(verdict_rows(list(verdicts.values()))))
     if transitions:
@@ -152,11 +155,15 @@ def run_classify(args: argparse.Namespace) -> int:
             print(describe_transition(transition))
     if not verdicts and not transitions:
         print("no failed attempt in this trace")
-    return _finish(pipeline)
+    if args.fleet:
+        from app.cli.fleet import fleet_lines  # app.cli.fleet imports this module
+
+        print("\n" + "\n".join(fleet_lines(fleet.summary())))
+    return finish_run(pipeline)
 
 
 def run_rules(args: argparse.Namespace) -> int:
-    sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(rules_document(_rules(args))), indent=2) + b"\n")
+    sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(rules_document(rules_from_args(args))), indent=2) + b"\n")
     return 0
 
 

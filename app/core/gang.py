@@ -70,6 +70,7 @@ from app.model.k8s import Condition, Job, Timestamp, Workload
 from app.model.records import GANG_TRANSITIONS, GangState, GangTransition, PodRef, Retry
 
 GANG_EVICTED = "GangEvicted"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 TERMINAL: frozenset[GangState] = frozenset({"Ended", "Completed"})
 
 PENDING = "waiting for gang admission"
@@ -150,6 +151,7 @@ class JobSetTrack(msgspec.Struct, frozen=True, gc=False):
     run: str | None
     action: str | None
     attempt: str | None
+    queue: str | None = None  # the kueue.x-k8s.io/queue-name label
     views: tuple[JobSetView, ...] = ()
 
 
@@ -396,6 +398,7 @@ def _add_jobset(track: JobSetTrack | None, record: GangInput, jobset: Job, rules
         run=labels.get(keys.run),
         action=labels.get(keys.action),
         attempt=labels.get(keys.attempt),
+        queue=labels.get(QUEUE_LABEL),
         views=views,
     )
 
@@ -582,6 +585,7 @@ def _transition(state: GangStateData, old: Status | None, new: Status, rules: Ru
         run=track.run,
         action=track.action,
         attempt=track.attempt,
+        queue=track.queue,
         from_=old.state if old is not None else "Pending",
         to=new.state,
         code=new.code,

@@ -124,6 +124,7 @@ class GangTransition(_Record, tag="faultline.GangTransition/v1", tag_field="sche
     run: str | None
     action: str | None
     attempt: str | None
+    queue: str | None  # the JobSet's kueue.x-k8s.io/queue-name label (its LocalQueue)
     from_: GangState = msgspec.field(name="from")
     to: GangState
     code: str | None

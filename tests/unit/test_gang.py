@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from app.core import gang, kueue
+from app.core import kueue
 from app.core.gang import GangInput, fold_gang, gang_expired, gang_key, is_suspended
 from app.core.rules import DEFAULT_RULES, Rules
 from app.model.envelope import JOBS, WORKLOADS
@@ -383,6 +383,7 @@ def test_r9_11_transition_record_fields() -> None:
         "run": "run-abc",
         "action": "a0",
         "attempt": "1",
+        "queue": "team-a",
         "from": "Running",
         "to": "WaitingForReadmission",
         "code": None,

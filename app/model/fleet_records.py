@@ -1,0 +1,136 @@
+"""Derived records: fleet health folded from the output records (app/core/fleet.py).
+
+Every value carries a `schema` tag like the other output records. Each derived topic is
+keyed so that the latest record per key is the current value (the topics can be
+compacted): an hourly bucket is re-emitted whole whenever it changes.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from app.model.k8s import Timestamp
+from app.model.records import ErrorKind, FaultKind, Severity
+
+# Derived topics; drivers add the configured prefix.
+NODE_FAULT_RATES = "faultline.node-fault-rates"
+GPU_FAULT_RATES = "faultline.gpu-fault-rates"
+QUARANTINE_CANDIDATES = "faultline.quarantine-candidates"
+FAILURE_RATES = "faultline.failure-rates"
+PREEMPTION_WAITS = "faultline.preemption-waits"
+DERIVED_TOPICS = (NODE_FAULT_RATES, GPU_FAULT_RATES, QUARANTINE_CANDIDATES, FAILURE_RATES, PREEMPTION_WAITS)
+
+Scope = Literal["node", "gpu"]
+CandidateState = Literal["candidate", "cleared"]
+
+
+class _Record(msgspec.Struct, frozen=True):
+    pass
+
+
+class XidCount(_Record):
+    """Fault events of one code in one bucket. `faults` counts distinct Events (a
+    repeating Event is one fault, SPEC R2.4); `occurrences` sums their `count`."""
+
+    kind: FaultKind
+    code: int
+    name: str
+    severity: Severity
+    faults: int
+    occurrences: int
+
+
+class NodeFaultRate(_Record, tag="faultline.NodeFaultRate/v1", tag_field="schema"):
+    """`faultline.node-fault-rates`, key `<cluster>/<node>/<hour>`: the faults first seen
+    on a node within one UTC hour."""
+
+    key: str
+    cluster: str
+    node: str
+    hour: Timestamp
+    faults: int
+    occurrences: int
+    user: int
+    warn: int
+    critical: int
+    xids: list[XidCount]
+
+
+class GpuFaultRate(_Record, tag="faultline.GpuFaultRate/v1", tag_field="schema"):
+    """`faultline.gpu-fault-rates`, key `<cluster>/<node>/<gpu>/<hour>`: the same per GPU.
+    `gpu` is the GPU's uuid, or `index-<n>` when the fault gave only its index."""
+
+    key: str
+    cluster: str
+    node: str
+    gpu: str
+    gpu_index: int | None
+    hour: Timestamp
+    faults: int
+    occurrences: int
+    user: int
+    warn: int
+    critical: int
+    xids: list[XidCount]
+
+
+class QuarantineCandidate(_Record, tag="faultline.QuarantineCandidate/v1", tag_field="schema"):
+    """`faultline.quarantine-candidates`, key `<cluster>/node/<node>` or
+    `<cluster>/gpu/<node>/<gpu>`: a node or GPU with at least `threshold` distinct critical
+    faults first seen within `window_seconds`. One record when it becomes a candidate
+    (`at` = the first_seen of the fault that made it one) and one when it stops (`at` =
+    the moment, in stream time, the window slid past). `fault_keys` are the counted
+    faults (`faultline.faults` keys) inside the window at `at`."""
+
+    key: str
+    cluster: str
+    scope: Scope
+    node: str
+    gpu: str  # "" for a node
+    state: CandidateState
+    at: Timestamp
+    faults: int
+    threshold: int
+    window_seconds: int
+    first_fault_at: Timestamp | None
+    last_fault_at: Timestamp | None
+    fault_keys: list[str]
+    codes: list[str]  # "Xid 79", "SXid 20034", … in time order
+
+
+class FailureRate(_Record, tag="faultline.FailureRate/v1", tag_field="schema"):
+    """`faultline.failure-rates`, key `<cluster>/<namespace>/<hour>/<code>/<kind>`:
+    failures whose current verdict has this code and kind, by the hour of `failed_at`.
+    A revision that changes the code moves the failure (both buckets are re-emitted)."""
+
+    key: str
+    cluster: str
+    namespace: str
+    hour: Timestamp
+    code: str
+    kind: ErrorKind
+    failures: int
+    gpu_faults: int  # of those, verdicts that name a GPU fault
+
+
+class PreemptionWait(_Record, tag="faultline.PreemptionWait/v1", tag_field="schema"):
+    """`faultline.preemption-waits`, key `<cluster>/<queue>/<hour>`: Kueue evictions of
+    gangs and their readmission waits in one hour (by the transition's `at`).
+    `queue` is the JobSet's namespace until GangTransition carries its queue name
+    (`queue_source` says which)."""
+
+    key: str
+    cluster: str
+    queue: str
+    queue_source: Literal["namespace", "queue-name"]
+    hour: Timestamp
+    evictions: int
+    preemptions: int
+    readmissions: int
+    wait_seconds_total: float
+    wait_seconds_max: float
+
+
+DERIVED_RECORD_TYPES: tuple[type, ...] = (NodeFaultRate, GpuFaultRate, QuarantineCandidate, FailureRate, PreemptionWait)

@@ -1,0 +1,266 @@
+"""ops/ and the local stack, checked by parsing (no Docker engine, Prometheus or Grafana
+runs here): docker-compose.yml, the Dockerfile, Prometheus config and alert rules, the
+Grafana dashboard and provisioning. Every metric they name must be one /metrics exposes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import tomllib
+import xml.etree.ElementTree as ET
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+yaml = pytest.importorskip("yaml", reason="PyYAML (a dependency of the bridge extra, via kubernetes) is not installed")
+
+from app.web.metrics import render_metrics  # noqa: E402
+from tests.fleet import promtext  # noqa: E402
+from tests.fleet.test_web import fed_view  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+FAULTLINE_SERVICES = {"topics-init", "bridge", "demo", "worker"}
+
+
+def load_yaml(path: Path) -> Any:
+    return yaml.safe_load(path.read_text())
+
+
+@cache
+def compose() -> dict[str, Any]:
+    return load_yaml(ROOT / "docker-compose.yml")
+
+
+@cache
+def exposed() -> dict[str, str]:
+    """Metric family -> type, as /metrics exposes them for a view with data in every family."""
+    types, _ = promtext.parse(render_metrics(fed_view()))
+    return types
+
+
+def metric_names(expr: str) -> list[str]:
+    return re.findall(r"\b(faultline_[a-z0-9_]+)", expr)
+
+
+def is_exposed(name: str) -> bool:
+    families = exposed()
+    if name in families:
+        return True
+    for suffix in ("_sum", "_count", "_bucket"):
+        base = name.removesuffix(suffix)
+        if base != name and families.get(base) in ("summary", "histogram"):
+            return True
+    return False
+
+
+def cli() -> argparse.ArgumentParser:
+    """Every faultline command, whichever of them app/cli/__init__.py registers yet."""
+    from app.cli import bridge, fleet, offline
+
+    modules: list[Any] = [offline, bridge, fleet]
+    try:
+        from app.cli import streaming
+
+        modules.append(streaming)
+    except ImportError:  # pragma: no cover - without the stream extra
+        pass
+    parser = argparse.ArgumentParser(prog="faultline", exit_on_error=False)
+    commands = parser.add_subparsers(dest="command", required=True)
+    for module in modules:
+        module.register(commands)
+    return parser
+
+
+# --- docker-compose.yml ------------------------------------------------------------------------
+
+
+def test_compose_has_the_whole_local_stack() -> None:
+    services = compose()["services"]
+    assert set(services) == {"kafka", *FAULTLINE_SERVICES, "prometheus", "grafana"}
+    for name, service in services.items():
+        assert service.get("image"), f"service {name} names no image"
+    for name in FAULTLINE_SERVICES:
+        assert services[name]["build"] == "." and services[name]["image"] == "faultline:local", name
+    assert (ROOT / "Dockerfile").is_file()
+    assert services["bridge"]["profiles"] == ["cluster"] and services["demo"]["profiles"] == ["demo"]
+
+
+def test_compose_kafka_runs_in_kraft_mode_on_the_pinned_version() -> None:
+    kafka = compose()["services"]["kafka"]
+    pom = ET.parse(ROOT / "ops" / "kafka" / "pom.xml").getroot()
+    version = pom.find("m:properties/m:kafka.version", {"m": "http://maven.apache.org/POM/4.0.0"})
+    assert version is not None and kafka["image"] == f"apache/kafka:{version.text}"
+    env = {k: str(v) for k, v in kafka["environment"].items()}
+    assert not any("ZOOKEEPER" in key for key in env)
+    assert set(env["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
+    listeners = dict(item.split("://") for item in env["KAFKA_LISTENERS"].split(","))
+    protocols = dict(item.split(":") for item in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(","))
+    assert set(listeners) == set(protocols)
+    controller = env["KAFKA_CONTROLLER_LISTENER_NAMES"]
+    node, _, address = env["KAFKA_CONTROLLER_QUORUM_VOTERS"].partition("@")
+    assert node == env["KAFKA_NODE_ID"] and address == f"kafka{listeners[controller]}"
+    advertised = dict(item.split("://") for item in env["KAFKA_ADVERTISED_LISTENERS"].split(","))
+    assert controller not in advertised and set(advertised) <= set(listeners)
+    assert advertised["PLAINTEXT"] == "kafka:9092" and env["KAFKA_INTER_BROKER_LISTENER_NAME"] == "PLAINTEXT"
+    assert env["KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR"] == "1" and env["KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"] == "1"
+    external_port = advertised["EXTERNAL"].rsplit(":", 1)[1]
+    assert f"{external_port}:{listeners['EXTERNAL'].lstrip(':')}" in kafka["ports"]
+    assert "kafka-broker-api-versions.sh" in " ".join(kafka["healthcheck"]["test"])
+
+
+def test_compose_services_start_in_order() -> None:
+    services = compose()["services"]
+    conditions = {"service_started", "service_healthy", "service_completed_successfully"}
+    for name, service in services.items():
+        for dependency, spec in service.get("depends_on", {}).items():
+            assert dependency in services, f"{name} depends on unknown service {dependency}"
+            assert spec["condition"] in conditions
+            if spec["condition"] == "service_healthy":
+                assert "healthcheck" in services[dependency], f"{dependency} has no healthcheck"
+    assert services["topics-init"]["depends_on"] == {"kafka": {"condition": "service_healthy"}}
+    for name in ("bridge", "demo", "worker"):
+        assert services[name]["depends_on"]["topics-init"] == {"condition": "service_completed_successfully"}
+
+    def reaches(start: str, seen: tuple[str, ...] = ()) -> None:
+        assert start not in seen, f"dependency cycle {' -> '.join((*seen, start))}"
+        for dependency in services[start].get("depends_on", {}):
+            reaches(dependency, (*seen, start))
+
+    for name in services:
+        reaches(name)
+
+
+def test_compose_faultline_commands_and_settings_exist() -> None:
+    from app import settings as kafka_settings
+    from app.bridge import settings as bridge_settings
+
+    known = {info.env for info in (*kafka_settings.describe(), *bridge_settings.describe())}
+    parser = cli()
+    services = compose()["services"]
+    for name in FAULTLINE_SERVICES:
+        command = services[name]["command"]
+        assert command[0] == "faultline"
+        args = parser.parse_args(command[1:])
+        assert callable(args.run), name
+        for key in services[name].get("environment", {}):
+            assert key in known, f"{name}: {key} is not a faultline setting"
+        for arg in command[1:]:
+            if arg.startswith("examples/"):
+                assert (ROOT / arg).is_file(), f"{name}: {arg} is not in the repository (the image copies examples/)"
+    assert services["bridge"]["command"] == ["faultline", "bridge", "--cluster", "local"]
+    assert services["topics-init"]["command"] == ["faultline", "topics", "create"]
+    assert services["worker"]["command"] == ["faultline", "worker"]
+
+
+def test_compose_wires_the_bridge_kubeconfig_and_the_worker_web_port() -> None:
+    services = compose()["services"]
+    bridge = services["bridge"]
+    mount = next(v for v in bridge["volumes"] if v.split(":")[-2] == "/kube/config")
+    assert mount.endswith(":/kube/config:ro") and bridge["environment"]["FAULTLINE_KUBECONFIG"] == "/kube/config"
+    worker = services["worker"]
+    port = worker["environment"]["FAULTLINE_WEB_PORT"]
+    assert f"{port}:{port}" in worker["ports"]
+    prometheus = load_yaml(ROOT / "ops" / "prometheus" / "prometheus.yml")
+    [job] = prometheus["scrape_configs"]
+    assert job["static_configs"][0]["targets"] == [f"worker:{port}"] and job["metrics_path"] == "/metrics"
+
+
+def test_compose_mounts_only_files_that_exist() -> None:
+    for name, service in compose()["services"].items():
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0]
+            if source.startswith("./"):
+                assert (ROOT / source).exists(), f"{name} mounts {source}, which does not exist"
+
+
+# --- Dockerfile ------------------------------------------------------------------------------------
+
+
+def test_dockerfile_installs_the_extras_the_stack_needs() -> None:
+    lines = [line.strip() for line in (ROOT / "Dockerfile").read_text().splitlines() if line.strip() and not line.startswith("#")]
+    assert lines[0] == "FROM python:3.11-slim"
+    text = "\n".join(lines)
+    assert 'pip install ".[stream,bridge]"' in text
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert {"stream", "bridge"} <= set(extras)
+    copied = [shlex.split(line)[1] for line in lines if line.startswith("COPY")]
+    for source in [s for line in lines if line.startswith("COPY") for s in shlex.split(line)[1:-1]]:
+        assert (ROOT / source).exists(), f"COPY {source}: not in the repository"
+    assert "app" in copied and "examples" in copied
+    cmd = json.loads(next(line for line in lines if line.startswith("CMD")).removeprefix("CMD"))
+    assert cmd[:2] == ["faultline", "serve"] and callable(cli().parse_args(cmd[1:]).run)
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert ".venv" in ignored and ".git" in ignored and "app" not in ignored
+
+
+# --- Prometheus ---------------------------------------------------------------------------------------
+
+
+def test_prometheus_loads_the_alert_rules() -> None:
+    config = load_yaml(ROOT / "ops" / "prometheus" / "prometheus.yml")
+    mount = next(v for v in compose()["services"]["prometheus"]["volumes"] if v.startswith("./ops/prometheus:"))
+    target = mount.split(":")[1]
+    for rule_file in config["rule_files"]:
+        assert rule_file.startswith(target + "/")
+        assert (ROOT / "ops" / "prometheus" / rule_file.removeprefix(target + "/")).is_file()
+
+
+def test_every_alert_names_metrics_that_are_exposed() -> None:
+    rules = load_yaml(ROOT / "ops" / "prometheus" / "alerts.yml")
+    jobs = {job["job_name"] for job in load_yaml(ROOT / "ops" / "prometheus" / "prometheus.yml")["scrape_configs"]}
+    alerts = {rule["alert"]: rule for group in rules["groups"] for rule in group["rules"]}
+    assert {"FaultlineQuarantineCandidate", "FaultlineDeadLetters", "FaultlineConsumerLag"} <= set(alerts)
+    for name, rule in alerts.items():
+        expr = rule["expr"]
+        assert rule["annotations"]["summary"] and rule["labels"]["severity"] in ("warning", "critical"), name
+        names = metric_names(expr)
+        if not names:  # only Prometheus' own `up` of our scrape job
+            job = re.fullmatch(r'up\{job="([^"]+)"\} == 0', expr)
+            assert job and job.group(1) in jobs, f"{name}: {expr}"
+        for metric in names:
+            assert is_exposed(metric), f"alert {name} uses {metric}, which /metrics does not expose"
+    assert "faultline_quarantine_candidates" in alerts["FaultlineQuarantineCandidate"]["expr"]
+    assert "faultline_dead_letters_total" in alerts["FaultlineDeadLetters"]["expr"]
+    assert "faultline_consumer_lag" in alerts["FaultlineConsumerLag"]["expr"]
+
+
+# --- Grafana ----------------------------------------------------------------------------------------------
+
+
+def test_every_dashboard_panel_queries_exposed_metrics() -> None:
+    dashboard = json.loads((ROOT / "ops" / "grafana" / "faultline-dashboard.json").read_text())
+    assert dashboard["uid"] and dashboard["title"]
+    panels = [p for p in dashboard["panels"] if p["type"] != "row"]
+    assert len(panels) >= 8
+    assert len({p["id"] for p in dashboard["panels"]}) == len(dashboard["panels"])
+    seen: set[str] = set()
+    for panel in panels:
+        grid = panel["gridPos"]
+        assert grid["x"] + grid["w"] <= 24, panel["title"]
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            names = metric_names(target["expr"])
+            assert names, f"panel {panel['title']!r} queries no faultline metric"
+            for metric in names:
+                assert is_exposed(metric), f"panel {panel['title']!r} uses {metric}, which /metrics does not expose"
+            seen.update(names)
+            assert target["datasource"]["uid"] == "prometheus"
+    # Every family on /metrics is on the dashboard.
+    assert {n.removesuffix("_sum").removesuffix("_count") for n in seen} == set(exposed())
+
+
+def test_grafana_provisioning_matches_the_dashboard_and_the_compose_mounts() -> None:
+    grafana = compose()["services"]["grafana"]
+    mounts = dict(v.rsplit(":", 1)[0].split(":", 1) for v in grafana["volumes"])
+    assert mounts["./ops/grafana/provisioning"] == "/etc/grafana/provisioning"
+    dashboard_target = mounts["./ops/grafana/faultline-dashboard.json"]
+    provisioning = ROOT / "ops" / "grafana" / "provisioning"
+    [datasource] = load_yaml(provisioning / "datasources" / "prometheus.yml")["datasources"]
+    assert datasource["uid"] == "prometheus" and datasource["url"] == "http://prometheus:9090"
+    [provider] = load_yaml(provisioning / "dashboards" / "faultline.yml")["providers"]
+    assert dashboard_target.startswith(provider["options"]["path"] + "/")
+    assert grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"] == dashboard_target
