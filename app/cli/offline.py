@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import datetime
 from pathlib import Path
 
 import msgspec
@@ -28,9 +29,24 @@ from app.web.view import LiveFleet
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    p = commands.add_parser("replay", help="run a trace through the rules; write every output record as JSON Lines")
-    p.add_argument("--trace", type=Path, required=True, help="trace file (JSON Lines of source records)")
-    p.add_argument("--out", type=Path, required=True, help="output file ('-' for stdout)")
+    p = commands.add_parser(
+        "replay",
+        help="run a trace (or the source topics' history) through the rules; write every output record",
+        description="Replay history through a rule set. From a trace file or, with --from-kafka, from the source "
+        "topics (own consumer, no group: the live worker is never disturbed), into --out FILE as JSON Lines or, "
+        "with --to-topics, into replay topics named <topic>.replay.<rules name>-<hash>.",
+    )
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--trace", type=Path, help="trace file (JSON Lines of source records)")
+    source.add_argument("--from-kafka", action="store_true", help="read the source topics from Kafka instead")
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--out", type=Path, help="output file, JSON Lines ('-' for stdout)")
+    target.add_argument("--to-topics", action="store_true", help="with --from-kafka: write to the replay topics of the rule set")
+    kafka = p.add_argument_group("with --from-kafka")
+    kafka.add_argument("--bootstrap", help="Kafka bootstrap servers (default: FAULTLINE_BOOTSTRAP or 127.0.0.1:9092)")
+    kafka.add_argument("--topic-prefix", help="topic prefix (default: FAULTLINE_TOPIC_PREFIX or none)")
+    kafka.add_argument("--since", type=_timestamp, help="first record time to read, RFC 3339 (default: the beginning)")
+    kafka.add_argument("--until", type=_timestamp, help="last record time to read, RFC 3339 (default: the end when the replay starts)")
     add_rules_option(p)
     p.set_defaults(run=run_replay)
 
@@ -46,8 +62,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run_rules)
 
     p = commands.add_parser("diff", help="list the attempts whose verdict differs between two replays")
-    p.add_argument("--base", type=Path, required=True, help="replay output (JSON Lines from `faultline replay`)")
-    p.add_argument("--candidate", type=Path, required=True, help="replay output to compare with the base")
+    p.add_argument("--base", required=True, help="replay output: a JSON Lines file from `faultline replay`, or kafka:TOPIC")
+    p.add_argument("--candidate", required=True, help="replay output to compare with the base (file or kafka:TOPIC)")
+    p.add_argument("--bootstrap", help="for kafka:TOPIC: Kafka bootstrap servers (default: FAULTLINE_BOOTSTRAP)")
     p.add_argument("--format", choices=["text", "json"], default="text", help="text for people (default), json for machines")
     p.set_defaults(run=run_diff)
 
@@ -89,7 +106,23 @@ def finish_run(pipeline: Pipeline) -> int:
     return 0
 
 
+def _timestamp(text: str) -> datetime:
+    try:
+        at = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an RFC 3339 time, e.g. 2026-09-15T10:30:00Z") from None
+    if at.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"{text!r} has no zone: add Z or an offset, e.g. 2026-09-15T10:30:00Z")
+    return at
+
+
 def run_replay(args: argparse.Namespace) -> int:
+    if args.from_kafka:
+        from app.cli.kafka_replay import run_replay_from_kafka  # needs the stream extra
+
+        return run_replay_from_kafka(args, rules_from_args(args))
+    if args.to_topics:
+        raise SystemExit("faultline: --to-topics goes with --from-kafka; for a trace, give --out FILE")
     require_trace(args.trace)
     pipeline = Pipeline(rules_from_args(args))
     out = sys.stdout.buffer if str(args.out) == "-" else args.out.open("wb")
@@ -170,7 +203,12 @@ def run_rules(args: argparse.Namespace) -> int:
 _OUTPUT_LINE = msgspec.json.Decoder(OutputLine[ClassifiedFailure | Fault | GangTransition | DeadLetter])
 
 
-def _replay_output(path: Path) -> dict[str, ClassifiedFailure]:
+def _replay_output(source: str, args: argparse.Namespace) -> dict[str, ClassifiedFailure]:
+    if source.startswith("kafka:"):
+        from app.cli.kafka_replay import verdicts_from_topic  # needs the stream extra
+
+        return verdicts_from_topic(source.removeprefix("kafka:"), args)
+    path = Path(source)
     if not path.is_file():
         raise SystemExit(f"faultline: replay output {path} does not exist (write one with `faultline replay --trace T --out {path}`)")
     records = []
@@ -204,7 +242,7 @@ def describe_diff(result: Diff) -> list[str]:
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    result = diff(_replay_output(args.base), _replay_output(args.candidate))
+    result = diff(_replay_output(args.base, args), _replay_output(args.candidate, args))
     if args.format == "json":
         sys.stdout.buffer.write(msgspec.json.encode(result) + b"\n")
     else:

@@ -1,0 +1,98 @@
+"""The Kafka side of `faultline replay --from-kafka` and `faultline diff kafka:TOPIC`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+import msgspec
+from kafka import KafkaConsumer, TopicPartition
+from kafka.errors import KafkaError
+
+from app.cli.offline import finish_run, report_dead_letter
+from app.core.rules import Rules
+from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, OUTPUT_TOPICS, ClassifiedFailure
+from app.replay.diff import final_verdicts
+from app.replay.kafka_history import HistoryError, KafkaHistory
+from app.replay.kafka_replay import Progress, TopicSink, replay_history
+from app.replay.pipeline import Pipeline
+from app.replay.trace import encode_output
+from app.settings import Settings, SettingsError, load
+from app.stream.topics import TopicError
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    try:
+        return load({"bootstrap": args.bootstrap, "topic_prefix": getattr(args, "topic_prefix", None)})
+    except SettingsError as exc:
+        raise SystemExit(f"faultline: {exc}") from None
+
+
+def run_replay_from_kafka(args: argparse.Namespace, rules: Rules) -> int:
+    settings = _settings(args)
+    pipeline = Pipeline(rules)
+    try:
+        sink = TopicSink(settings, rules, OUTPUT_TOPICS) if args.to_topics else None
+    except (TopicError, KafkaError) as exc:
+        raise SystemExit(f"faultline: {exc}") from None
+    out = None if sink else (sys.stdout.buffer if str(args.out) == "-" else args.out.open("wb"))
+
+    async def replay() -> None:
+        history = KafkaHistory(settings, since=args.since, until=args.until)
+        await history.open()
+        progress = Progress(history.total)
+        try:
+            async for emits in replay_history(history, pipeline):
+                for emit in emits:
+                    if emit.topic == DEAD_LETTER:
+                        report_dead_letter(emit)
+                    if sink is not None:
+                        sink.write(emit)
+                    else:
+                        out.write(encode_output(emit) + b"\n")
+                progress.tick(pipeline.counts["records"])
+        finally:
+            await history.close()
+
+    try:
+        asyncio.run(replay())
+    except (HistoryError, KafkaError) as exc:
+        raise SystemExit(f"faultline: {exc}") from None
+    finally:
+        if sink is not None:
+            sink.close()
+        elif out is not sys.stdout.buffer:
+            out.close()
+    where = ", ".join(sink.names.values()) if sink else str(args.out)
+    print(f"replayed {pipeline.counts['records']} records with {rules.version} into {where}", file=sys.stderr)
+    return finish_run(pipeline) if pipeline.counts["records"] else 0
+
+
+_VERDICT = msgspec.json.Decoder(ClassifiedFailure)
+
+
+def verdicts_from_topic(topic: str, args: argparse.Namespace) -> dict[str, ClassifiedFailure]:
+    """The latest verdict per key in `topic`, read to its current end."""
+    settings = _settings(args)
+    try:
+        consumer = KafkaConsumer(bootstrap_servers=settings.bootstrap.split(","), group_id=None, enable_auto_commit=False)
+        numbers = consumer.partitions_for_topic(topic)
+        if not numbers:
+            raise SystemExit(f"faultline: topic {topic} does not exist on {settings.bootstrap}")
+        tps = [TopicPartition(topic, n) for n in sorted(numbers)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        ends = consumer.end_offsets(tps)
+        records = []
+        while any(consumer.position(tp) < ends[tp] for tp in tps):
+            for tp, messages in consumer.poll(timeout_ms=1_000).items():
+                for message in messages:
+                    if message.offset < ends[tp] and message.value:
+                        records.append((CLASSIFIED_FAILURES, message.key.decode(), _VERDICT.decode(message.value)))
+        consumer.close()
+    except KafkaError as exc:
+        raise SystemExit(f"faultline: reading {topic} from {settings.bootstrap} failed: {exc}") from None
+    except msgspec.DecodeError as exc:
+        raise SystemExit(f"faultline: {topic} holds something other than faultline.ClassifiedFailure/v1 records ({exc})") from None
+    return final_verdicts(records)
