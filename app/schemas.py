@@ -6,17 +6,34 @@ from pathlib import Path
 
 import msgspec
 
+from app.bridge.records import BridgeGap, BridgePosition
 from app.model.fleet_records import DERIVED_RECORD_TYPES
 from app.model.records import ClassifiedFailure, DeadLetter, Fault, GangTransition
 
-RECORD_TYPES: tuple[type, ...] = (Fault, ClassifiedFailure, GangTransition, DeadLetter, *DERIVED_RECORD_TYPES)
+RECORD_TYPES: tuple[type, ...] = (
+    Fault,
+    ClassifiedFailure,
+    GangTransition,
+    DeadLetter,
+    *DERIVED_RECORD_TYPES,
+    BridgeGap,
+    BridgePosition,
+)
+
+
+def _schema_name(record: type) -> str:
+    """The record's `schema` value: its msgspec tag, or the default of its `schema` field."""
+    tag = record.__struct_config__.tag
+    if isinstance(tag, str):
+        return tag
+    return next(f.default for f in msgspec.structs.fields(record) if f.name == "schema")
 
 
 def schema_files() -> dict[str, bytes]:
     """File name -> schema bytes, e.g. `faultline.Fault.v1.json`."""
     files = {}
     for record in RECORD_TYPES:
-        tag = record.__struct_config__.tag  # e.g. "faultline.Fault/v1"
+        tag = _schema_name(record)  # e.g. "faultline.Fault/v1"
         schema = msgspec.json.schema(record)
         schema["title"] = tag
         files[tag.replace("/", ".") + ".json"] = msgspec.json.format(msgspec.json.encode(schema, order="sorted"), indent=2) + b"\n"

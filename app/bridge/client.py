@@ -1,0 +1,231 @@
+"""The only module that talks to the Kubernetes API, through the official `kubernetes`
+client. Every call asks for the raw response (`_preload_content=False`) and decodes the
+JSON itself: the client's model objects serialise in snake_case, which is not what the
+API serves, and the contract is the object exactly as served (DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from app.bridge.errors import (
+    BridgeError,
+    Forbidden,
+    Gone,
+    NotServed,
+    Transient,
+    Unauthorized,
+)
+from app.bridge.records import Page
+from app.bridge.resources import Kind
+
+log = logging.getLogger("faultline.bridge")
+
+CONNECT_TIMEOUT = 10.0
+LIST_READ_TIMEOUT = 60.0
+# A watch is silent between events; a live server ends it at timeoutSeconds, so a read
+# that waits this much longer than that is a dead connection.
+WATCH_READ_SLACK = 15.0
+READ_SIZE = 1 << 16
+
+
+def api_client(kubeconfig: str = "", context: str = "", connections: int = 16) -> client.ApiClient:
+    """An ApiClient from the kubeconfig (the given file, else $KUBECONFIG or
+    ~/.kube/config), or from the pod's service account when running in a pod and no file
+    is given. Token refresh hooks of both loaders are kept."""
+    configuration = client.Configuration()
+    in_cluster = not kubeconfig and "KUBERNETES_SERVICE_HOST" in os.environ
+    try:
+        if in_cluster:
+            config.load_incluster_config(client_configuration=configuration)
+        else:
+            config.load_kube_config(
+                config_file=kubeconfig or None,
+                context=context or None,
+                client_configuration=configuration,
+                persist_config=False,
+            )
+    except (config.ConfigException, OSError, TypeError, ValueError) as exc:
+        source = "the in-cluster service account" if in_cluster else (kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config")
+        raise BridgeError(
+            f"cannot load the Kubernetes client configuration from {source}: {exc}; "
+            "give --kubeconfig FILE (and --context NAME) or FAULTLINE_KUBECONFIG, or run the bridge in a pod"
+        ) from None
+    # One connection per concurrent watch plus the lists: the default pool (5 x cores)
+    # would discard and reopen connections under many watches.
+    configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, connections)
+    return client.ApiClient(configuration)
+
+
+class KubeApi:
+    """List pages and watch streams of the bridge's kinds, as raw JSON."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.api_client = api_client
+        self._core = client.CoreV1Api(api_client)
+        self._custom = client.CustomObjectsApi(api_client)
+
+    def close(self) -> None:
+        self.api_client.close()
+
+    def _request(self, verb: str, kind: Kind, version: str, namespace: str | None, **params: Any) -> urllib3.HTTPResponse:
+        params = {k: v for k, v in params.items() if v is not None}
+        try:
+            if kind.group == "":
+                return self._core_call(kind, namespace, params)
+            if namespace:
+                return self._custom.list_namespaced_custom_object(kind.group, version, namespace, kind.plural, **params)
+            return self._custom.list_cluster_custom_object(kind.group, version, kind.plural, **params)
+        except ApiException as exc:
+            raise _translate(exc, verb, kind, version, namespace) from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise Transient(f"{verb} {kind.resource()}: {exc}") from None
+
+    def _core_call(self, kind: Kind, namespace: str | None, params: dict[str, Any]) -> urllib3.HTTPResponse:
+        if kind.plural == "pods":
+            if namespace:
+                return self._core.list_namespaced_pod(namespace, **params)
+            return self._core.list_pod_for_all_namespaces(**params)
+        if kind.plural == "events":
+            if namespace:
+                return self._core.list_namespaced_event(namespace, **params)
+            return self._core.list_event_for_all_namespaces(**params)
+        raise AssertionError(f"no core API call for {kind.plural}")
+
+    def list_page(
+        self,
+        kind: Kind,
+        version: str,
+        namespace: str | None,
+        *,
+        limit: int,
+        cont: str | None = None,
+        resource_version: str | None = None,
+        resource_version_match: str | None = None,
+    ) -> Page:
+        response = self._request(
+            "list",
+            kind,
+            version,
+            namespace,
+            limit=limit,
+            _continue=cont,
+            resource_version=resource_version,
+            resource_version_match=resource_version_match,
+            _preload_content=False,
+            _request_timeout=(CONNECT_TIMEOUT, LIST_READ_TIMEOUT),
+        )
+        try:
+            body = orjson.loads(response.data)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise Transient(f"list {kind.resource()}: {exc}") from None
+        except orjson.JSONDecodeError as exc:
+            raise Transient(f"list {kind.resource()}: the response is not JSON ({exc})") from None
+        finally:
+            response.release_conn()
+        meta = body.get("metadata") or {}
+        list_kind = str(body.get("kind") or "")
+        return Page(
+            items=body.get("items") or [],
+            resource_version=str(meta.get("resourceVersion") or ""),
+            cont=meta.get("continue") or None,
+            item_kind=list_kind.removesuffix("List") or kind.name,
+            api_version=str(body.get("apiVersion") or kind.api_version(version)),
+        )
+
+    def watch(self, kind: Kind, version: str, namespace: str | None, *, resource_version: str, timeout_seconds: int) -> WatchStream:
+        response = self._request(
+            "watch",
+            kind,
+            version,
+            namespace,
+            watch=True,
+            allow_watch_bookmarks=True,
+            resource_version=resource_version,
+            timeout_seconds=timeout_seconds,
+            _preload_content=False,
+            _request_timeout=(CONNECT_TIMEOUT, timeout_seconds + WATCH_READ_SLACK),
+        )
+        return WatchStream(response, f"watch {kind.resource()}")
+
+
+class WatchStream:
+    """The newline-delimited JSON events of one watch response, a network read at a time."""
+
+    def __init__(self, response: urllib3.HTTPResponse, what: str) -> None:
+        self._response = response
+        self._what = what
+
+    def batches(self) -> Iterator[list[bytes]]:
+        """Lists of complete event lines, as they arrive. A line split across reads is
+        joined; a partial line left when the stream breaks is discarded (the watch is
+        resumed from the last complete event). Ends when the server ends the watch;
+        raises Transient when the connection breaks."""
+        pending = b""
+        try:
+            for data in self._response.stream(READ_SIZE, decode_content=True):
+                if not data:
+                    continue
+                if pending:
+                    data, pending = pending + data, b""
+                if data[-1:] != b"\n":
+                    cut = data.rfind(b"\n") + 1
+                    data, pending = data[:cut], data[cut:]
+                    if not data:
+                        continue
+                yield [line for line in data.split(b"\n") if line.strip()]
+        except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+            raise Transient(f"{self._what}: the connection broke ({type(exc).__name__}: {exc})") from None
+        if pending.strip():
+            raise Transient(f"{self._what}: the stream ended inside an event")
+
+    def interrupt(self) -> None:
+        """From another thread: make a blocked read return now (used to stop)."""
+        try:
+            self._response.shutdown()
+        except (ValueError, RuntimeError, OSError, AttributeError):
+            pass
+
+    def close(self) -> None:
+        try:
+            self._response.close()
+            self._response.release_conn()
+        except (urllib3.exceptions.HTTPError, OSError, AttributeError):
+            pass
+
+
+def status_of(body: str | bytes | None) -> dict[str, Any]:
+    """The metav1.Status in an error body, or {} when there is none."""
+    if not body:
+        return {}
+    try:
+        status = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return {}
+    return status if isinstance(status, dict) else {}
+
+
+def _translate(exc: ApiException, verb: str, kind: Kind, version: str, namespace: str | None) -> Exception:
+    status = status_of(exc.body)
+    detail = str(status.get("message") or exc.reason or "")
+    code = exc.status or 0
+    if code == 403:
+        return Forbidden(verb, kind, version, namespace, detail)
+    if code == 401:
+        return Unauthorized(
+            f"the API server rejected the bridge's credentials on {verb} {kind.resource()} (401 {detail}): "
+            "check the kubeconfig user or the pod's service account token"
+        )
+    if code == 404:  # the CRD (or this version of it) is not served, or was removed meanwhile
+        return NotServed(f"{kind.api_version(version)} {kind.plural}: {detail}")
+    if code == 410:
+        return Gone(detail)
+    return Transient(f"{verb} {kind.resource()} ({kind.api_version(version)}): HTTP {code} {detail}")

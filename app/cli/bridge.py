@@ -1,0 +1,270 @@
+"""Commands that watch a live cluster: bridge (→ Kafka), record (→ a trace file),
+run (→ the rules, in this process).
+
+All three run the same watcher (app/bridge/watcher.py); only the sink differs. Every
+setting is a flag generated from its declaration (app/bridge/settings.py for the watch,
+app/settings.py for Kafka and logging): flag > FAULTLINE_* environment > default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import time
+import typing
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any, Literal
+
+from app import settings as settings_mod
+from app.bridge import settings as bridge_settings_mod
+from app.bridge.errors import BridgeError
+from app.bridge.settings import BridgeSettings
+from app.settings import SettingInfo, SettingsError
+
+KAFKA = ["bootstrap", "topic_prefix", "replication", "log_level"]
+LOGGING = ["log_level"]
+WATCH = [info.name for info in bridge_settings_mod.describe()]
+
+log = logging.getLogger("faultline.bridge")
+
+
+def _flags(infos: list[SettingInfo], names: list[str], title: str) -> argparse.ArgumentParser:
+    parent = argparse.ArgumentParser(add_help=False)
+    group = parent.add_argument_group(f"{title} (flag > environment variable > default)")
+    for info in infos:
+        if info.name not in names:
+            continue
+        kwargs: dict[str, Any] = {"dest": info.name, "default": None}
+        if typing.get_origin(info.type) is Literal:
+            kwargs["choices"] = list(typing.get_args(info.type))
+        elif info.type in (int, float):
+            kwargs["type"] = info.type
+        metavar = info.name.upper() if "choices" not in kwargs else None
+        group.add_argument(info.flag, metavar=metavar, help=f"{info.doc} [{info.env}, default {info.default!r}]", **kwargs)
+    return parent
+
+
+def _stop_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--duration", type=float, default=None, metavar="S", help="stop after S seconds (default: until Ctrl-C)")
+    parser.add_argument("--max-records", type=int, default=None, metavar="N", help="stop after N source records")
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    watch = _flags(bridge_settings_mod.describe(), WATCH, "watch settings")
+    kafka = _flags(settings_mod.describe(), KAFKA, "Kafka settings")
+    logging_only = _flags(settings_mod.describe(), LOGGING, "logging")
+
+    p = commands.add_parser(
+        "bridge",
+        parents=[watch, kafka],
+        help="watch a cluster and publish every change to Kafka; resumes where it stopped (SIGTERM/Ctrl-C to stop)",
+    )
+    p.set_defaults(run=run_bridge, kafka_names=KAFKA)
+
+    p = commands.add_parser(
+        "record", parents=[watch, logging_only], help="watch a cluster and write every change to a trace file (JSON Lines)"
+    )
+    p.add_argument("--out", type=Path, required=True, help="trace file to write ('-' for stdout)")
+    _stop_flags(p)
+    p.set_defaults(run=run_record, kafka_names=LOGGING)
+
+    p = commands.add_parser(
+        "run",
+        parents=[watch, logging_only],
+        help="watch a cluster and classify in this process (no broker): print verdicts and gang transitions as they come",
+    )
+    p.add_argument("--out", type=Path, default=None, help="also write every output record to this file (JSON Lines, as `replay`)")
+    _stop_flags(p)
+    p.set_defaults(run=run_live, kafka_names=LOGGING)
+
+
+def _fail(message: str, code: int = 1) -> int:
+    print(f"faultline: {message}", file=sys.stderr)
+    return code
+
+
+def _load(args: argparse.Namespace) -> tuple[settings_mod.Settings, BridgeSettings]:
+    kafka = settings_mod.load({name: getattr(args, name) for name in args.kafka_names})
+    watch = bridge_settings_mod.load({name: getattr(args, name) for name in WATCH})
+    return kafka, watch
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("kafka").setLevel(logging.WARNING)
+    logging.getLogger("urllib3").setLevel(logging.ERROR)
+
+
+def _on_signals(stop: threading.Event) -> Callable[[], None]:
+    """SIGINT/SIGTERM ask for a clean stop; a second one interrupts at once."""
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def handler(signum: int, frame: object) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        log.info("stopping (signal %s): publishing what was received, then saving the positions", signal.Signals(signum).name)
+        stop.set()
+
+    for sig in previous:
+        signal.signal(sig, handler)
+
+    def restore() -> None:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+    return restore
+
+
+def _watch(sink: Any, watch: BridgeSettings, duration: float | None = None, max_records: int | None = None) -> int:
+    """Run the watcher into `sink` until a signal, `duration` or `max_records`."""
+    try:
+        from app.bridge.client import KubeApi, api_client
+    except ImportError as exc:  # an install without the bridge extra
+        return _fail(f"the watch needs the kubernetes client ({exc}); install faultline[bridge]")
+    from app.bridge.watcher import Bridge
+
+    streams = max(1, len(watch.namespace_list())) * 8
+    try:
+        api = KubeApi(api_client(watch.kubeconfig, watch.context, connections=streams + 4))
+    except BridgeError as exc:
+        return _fail(str(exc))
+    stop = threading.Event()
+    restore = _on_signals(stop)
+    started = time.monotonic()
+    try:
+        stats = Bridge(api, sink, watch).run(stop, duration=duration, max_records=max_records)
+    except BridgeError as exc:
+        return _fail(str(exc))
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
+    finally:
+        restore()
+        api.close()
+    elapsed = time.monotonic() - started
+    topics = ", ".join(f"{topic} {n}" for topic, n in sorted(stats.by_topic.items())) or "none"
+    log.info("%d records in %.1fs (%s); %d gap(s)", stats.records, elapsed, topics, stats.gaps)
+    return 0
+
+
+def run_bridge(args: argparse.Namespace) -> int:
+    try:
+        kafka, watch = _load(args)
+    except SettingsError as exc:
+        return _fail(str(exc), 2)
+    _setup_logging(kafka.log_level)
+    try:
+        from app.bridge.kafka_sink import (  # needs kafka-python: only here
+            KafkaSink,
+            ensure_topics,
+        )
+    except ImportError as exc:
+        return _fail(f"the bridge needs kafka-python ({exc}); install faultline[bridge]")
+
+    try:
+        ensure_topics(kafka)
+        sink = KafkaSink(kafka)
+    except BridgeError as exc:
+        return _fail(str(exc))
+    try:
+        return _watch(sink, watch)
+    finally:
+        sink.close()
+
+
+def _open_out(path: Path) -> tuple[IO[bytes], bool]:
+    if str(path) == "-":
+        return sys.stdout.buffer, False
+    return path.open("wb"), True
+
+
+def run_record(args: argparse.Namespace) -> int:
+    try:
+        kafka, watch = _load(args)
+    except SettingsError as exc:
+        return _fail(str(exc), 2)
+    _setup_logging(kafka.log_level)
+    from app.bridge.sinks import TraceSink
+
+    try:
+        out, owned = _open_out(args.out)
+    except OSError as exc:
+        return _fail(f"cannot write the trace file {args.out}: {exc}")
+    sink = TraceSink(out)
+    try:
+        code = _watch(sink, watch, args.duration, args.max_records)
+    finally:
+        sink.close()
+        if owned:
+            out.close()
+    if code == 0:
+        print(f"recorded {sink.written} records to {args.out}", file=sys.stderr)
+    return code
+
+
+class LivePrinter:
+    """Prints each verdict and gang transition as it comes; writes every output record
+    to `out` when given (the `replay` format)."""
+
+    def __init__(self, stdout: IO[str], out: IO[bytes] | None) -> None:
+        from app.cli.offline import describe_fault, describe_transition
+        from app.replay.trace import encode_output
+
+        self._stdout, self._out = stdout, out
+        self._describe_fault, self._describe_transition, self._encode = describe_fault, describe_transition, encode_output
+        self.verdicts = 0
+        self.transitions = 0
+
+    def __call__(self, emit: Any) -> None:
+        from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, GANG_TRANSITIONS
+
+        if self._out is not None:
+            self._out.write(self._encode(emit) + b"\n")
+        if emit.topic == CLASSIFIED_FAILURES:
+            v = emit.value
+            self.verdicts += 1
+            pod = v.faulted_pod.name if v.faulted_pod else "-"
+            state = "" if v.terminal else f"  restarted in place (generation {v.generation})"
+            lines = [f"verdict  {v.key}  {v.code}  {v.kind}  {self._describe_fault(v)}  pod={pod}  revision={v.revision}{state}"]
+            lines.extend(f"    {reason}" for reason in v.reasons)
+            self._print(lines)
+        elif emit.topic == GANG_TRANSITIONS:
+            self.transitions += 1
+            self._print([f"gang     {self._describe_transition(emit.value)}"])
+        elif emit.topic == DEAD_LETTER:
+            print(f"faultline: a record could not be read and was skipped ({emit.value.reason})", file=sys.stderr)
+
+    def _print(self, lines: list[str]) -> None:
+        self._stdout.write("\n".join(lines) + "\n")
+        self._stdout.flush()
+
+
+def run_live(args: argparse.Namespace) -> int:
+    try:
+        kafka, watch = _load(args)
+    except SettingsError as exc:
+        return _fail(str(exc), 2)
+    _setup_logging(kafka.log_level)
+    from app.bridge.sinks import PipelineSink
+    from app.replay.pipeline import Pipeline
+
+    out = None
+    if args.out is not None:
+        try:
+            out = args.out.open("wb")
+        except OSError as exc:
+            return _fail(f"cannot write the output file {args.out}: {exc}")
+    printer = LivePrinter(sys.stdout, out)
+    try:
+        code = _watch(PipelineSink(Pipeline(), printer), watch, args.duration, args.max_records)
+    finally:
+        if out is not None:
+            out.close()
+    if code == 0:
+        print(f"{printer.verdicts} verdict(s), {printer.transitions} gang transition(s)", file=sys.stderr)
+    return code

@@ -1,0 +1,146 @@
+"""`faultline record` and `faultline run` against the protocol double: the same watch,
+written to a trace file or classified in this process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import orjson
+
+from app.cli import bridge as bridge_cli
+from app.cli import main as cli_main
+from app.model.envelope import TraceLine
+from app.model.records import CLASSIFIED_FAILURES
+from app.replay.pipeline import Pipeline
+from app.replay.trace import read_lines, replay
+from tests.bridge.helpers import CLUSTER, apply_story, pod, wait_for
+from tests.unit import builders, stories
+from tests.unit.scenario import final_verdicts
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def story() -> list[dict]:
+    """Three attempts whose objects carry times around now, as a live cluster's would
+    (a fault's relevance is judged against failure times, some of which are the
+    records' observed_at, which the bridge stamps with the wall clock)."""
+    builders.reset_ids()
+    t0 = datetime.now(timezone.utc) - timedelta(minutes=2)
+    return [*stories.pod_task_nvlink(t0=t0), *stories.mpijob_row_remap(t0=t0), *stories.rayjob_user_fault(t0=t0)]
+
+
+def summary(verdicts) -> dict[str, tuple]:
+    """What must not depend on the transport: per attempt (without the cluster), the verdict."""
+    return {
+        key.split("/", 1)[1]: (v.code, v.kind, v.gpu_fault.code if v.gpu_fault else None, v.faulted_pod.name if v.faulted_pod else None)
+        for key, v in verdicts.items()
+    }
+
+
+def start_cli(*args: str, **kwargs) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "app", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs
+    )
+
+
+def test_record_writes_a_trace_that_classifies_like_the_story(kube, tmp_path):
+    records = story()
+    kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")
+    out = tmp_path / "trace.jsonl"
+    proc = start_cli("record", "--kubeconfig", str(kubeconfig), "--cluster", CLUSTER, "--out", str(out), "--max-records", str(len(records)))
+    try:
+        wait_for(lambda: len(kube.watches) == 8, timeout=30, what="the 8 watches of the recorder")
+        apply_story(kube, records)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        proc.kill() if proc.poll() is None else None
+    assert proc.returncode == 0, stderr.decode()
+    assert f"recorded {len(records)} records to {out}".encode() in stderr
+    lines = out.read_bytes().splitlines()
+    assert len(lines) == len(records)
+    for line in lines:
+        parsed = orjson.loads(line)
+        assert list(parsed) == ["topic", "key", "value"]
+        TraceLine(**{**parsed, "value": b""})  # the DESIGN.md trace line shape
+    pipeline = Pipeline()
+    recorded = {e.key: e.value for e in replay(read_lines(out), pipeline) if e.topic == CLASSIFIED_FAILURES}
+    assert pipeline.counts["dead_letters"] == 0
+    assert summary(recorded) == summary(final_verdicts(records))
+    assert len(recorded) == 3
+
+
+def test_record_stops_cleanly_on_ctrl_c(kube, tmp_path):
+    kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")
+    out = tmp_path / "trace.jsonl"
+    proc = start_cli("record", "--kubeconfig", str(kubeconfig), "--cluster", CLUSTER, "--out", str(out), "--kinds", "Pod")
+    try:
+        wait_for(lambda: kube.watches, timeout=30, what="the recorder's watch")
+        for i in range(50):
+            kube.create("pods", pod(f"p{i}"))
+        wait_for(lambda: out.exists() and out.read_bytes().count(b"\n") == 50, what="50 lines")
+        kube.create("pods", pod("last"))
+        proc.send_signal(signal.SIGINT)
+        started = time.monotonic()
+        _, stderr = proc.communicate(timeout=15)
+        assert time.monotonic() - started < 5
+    finally:
+        proc.kill() if proc.poll() is None else None
+    assert proc.returncode == 0, stderr.decode()
+    data = out.read_bytes()
+    assert data.endswith(b"\n")
+    names = [orjson.loads(line)["value"]["object"]["metadata"]["name"] for line in data.splitlines()]
+    assert len(names) in (50, 51) and names[:50] == [f"p{i}" for i in range(50)]
+    assert b"recorded" in stderr and b"Traceback" not in stderr
+
+
+def test_run_classifies_live_and_prints_verdicts_as_they_come(kube, tmp_path, capsys):
+    records = story()
+    kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")
+    out = tmp_path / "outputs.jsonl"
+
+    def play() -> None:
+        wait_for(lambda: len(kube.watches) == 8, timeout=30, what="the 8 watches")
+        apply_story(kube, records)
+
+    player = threading.Thread(target=play)
+    player.start()
+    code = cli_main(["run", "--kubeconfig", str(kubeconfig), "--cluster", CLUSTER, "--out", str(out), "--max-records", str(len(records))])
+    player.join()
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    printed = [line for line in captured.out.splitlines() if line.startswith("verdict")]
+    expected = final_verdicts(records)
+    assert len(printed) >= 3
+    for key, verdict in expected.items():
+        live_key = CLUSTER + "/" + key.split("/", 1)[1]
+        assert any(live_key in line and f"  {verdict.code}  {verdict.kind}  " in line for line in printed), (live_key, printed)
+    assert "Xid 74 CRITICAL gpu-17/gpu0" in captured.out
+    written = [orjson.loads(line) for line in out.read_bytes().splitlines()]
+    assert {w["topic"] for w in written} >= {CLASSIFIED_FAILURES, "faultline.faults"}
+    assert "3 verdict(s)" in captured.err or "verdict(s)" in captured.err
+
+
+def test_commands_are_registered_with_their_flags():
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    bridge_cli.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["bridge", "--cluster", "a", "--bootstrap", "k:9092", "--topic-prefix", "p."])
+    assert args.run is bridge_cli.run_bridge and args.cluster == "a" and args.topic_prefix == "p."
+    args = parser.parse_args(["record", "--cluster", "a", "--out", "t.jsonl", "--duration", "5"])
+    assert args.run is bridge_cli.run_record and args.duration == 5.0
+    args = parser.parse_args(["run", "--cluster", "a", "--namespaces", "ml"])
+    assert args.run is bridge_cli.run_live and args.out is None
+
+
+def test_a_missing_cluster_name_is_exit_code_2_with_the_fix(capsys):
+    assert cli_main(["record", "--out", "/dev/null"]) == 2
+    assert "--cluster NAME or set FAULTLINE_CLUSTER" in capsys.readouterr().err
