@@ -1,0 +1,259 @@
+"""The Faust pipeline on a real broker, against a bare aiokafka consume->produce pass-through
+of the same records on the same broker, measured in the same run.
+
+    python -m bench.pipeline [--records N] [--rate R] [--seconds S] [--smoke]
+
+- throughput: N source records pre-loaded into 4-partition topics; a `faultline worker`
+  is started and timed until its consumer group has read every source record and every
+  re-keyed record it produced; the pass-through is timed over the same records.
+- latency: with the worker caught up, records are produced at R records/s for S seconds;
+  a fraction of them complete a failure (a fault, then the pod's Failed record). The
+  latency is from producing that Failed record to its verdict being readable on
+  faultline.classified-failures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import orjson
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka.structs import TopicPartition as SyncTopicPartition
+
+from app.model.envelope import SOURCE_TOPICS
+from app.model.facts import ATTEMPT_FACTS
+from app.settings import load
+from app.stream.topics import GANG_INPUTS, create_topics
+from bench.broker import kafka
+from bench.tracegen import generate
+
+PARTITIONS = 4
+_ENDS: KafkaConsumer  # set in main(): reads end offsets
+
+
+def _produce(bootstrap: str, prefix: str, records) -> int:
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20, batch_size=1 << 20)
+    n = 0
+    for topic, key, value in records:
+        producer.send(prefix + topic, key=key.encode(), value=value)
+        n += 1
+    producer.flush()
+    producer.close()
+    return n
+
+
+def _start_worker(bootstrap: str, prefix: str, data_dir: Path, log: Path) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FAULTLINE_")}
+    command = [sys.executable, "-m", "app", "worker", "--bootstrap", bootstrap, "--topic-prefix", prefix,
+               "--partitions", str(PARTITIONS), "--data-dir", str(data_dir), "--web-port", "0", "--store", "memory"]  # fmt: skip
+    return subprocess.Popen(command, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
+
+
+def _stop(worker: subprocess.Popen) -> None:
+    worker.send_signal(signal.SIGTERM)
+    try:
+        worker.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+
+
+def _lag(admin: KafkaAdminClient, group: str, topics: list[str]) -> int:
+    """Records of `topics` the group has not committed yet."""
+    committed = admin.list_group_offsets(group).get(group, {})
+    tps = [SyncTopicPartition(t, p) for t in topics for p in range(PARTITIONS)]
+    ends = _ENDS.end_offsets(tps)
+    return sum(ends[tp] - (committed[tp].offset if tp in committed else 0) for tp in tps)
+
+
+def _wait_caught_up(admin: KafkaAdminClient, group: str, topics: list[str], worker: subprocess.Popen, log: Path) -> None:
+    while _lag(admin, group, topics) > 0:
+        if worker.poll() is not None:
+            raise SystemExit(f"worker exited: {log.read_text()[-2000:]}")
+        time.sleep(0.2)
+
+
+def throughput_worker(bootstrap: str, records: list, tmp: Path) -> float:
+    """The records pre-loaded; timed from the worker's first commit (it has joined and is
+    processing) to its group having committed every source and re-keyed record. Commits
+    come every few seconds, so both ends are that coarse: use enough records."""
+    prefix = f"bp{uuid.uuid4().hex[:6]}."
+    settings = load({"bootstrap": bootstrap, "topic_prefix": prefix, "partitions": PARTITIONS})
+    create_topics(settings)
+    n = _produce(bootstrap, prefix, records)
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    topics = [prefix + t for t in (*SOURCE_TOPICS, ATTEMPT_FACTS, GANG_INPUTS)]
+    log = tmp / "worker.log"
+    worker = _start_worker(bootstrap, prefix, tmp / "worker", log)
+    try:
+        initial = _lag(admin, settings.app_id, topics)
+        lag = initial
+        while lag >= initial:  # nothing committed yet
+            if worker.poll() is not None:
+                raise SystemExit(f"worker exited: {log.read_text()[-2000:]}")
+            time.sleep(0.1)
+            lag = _lag(admin, settings.app_id, topics)
+        start, done_at_start = time.perf_counter(), initial - lag
+        _wait_caught_up(admin, settings.app_id, topics, worker, log)
+        # The source records processed after the first commit, over the time they took.
+        return max(n - done_at_start * n / initial, 1) / (time.perf_counter() - start)
+    finally:
+        _stop(worker)
+        admin.close()
+
+
+async def _passthrough(bootstrap: str, records: list) -> float:
+    """The same records through a bare aiokafka consumer -> producer, no processing."""
+    prefix = f"pt{uuid.uuid4().hex[:6]}."
+    create_topics(load({"bootstrap": bootstrap, "topic_prefix": prefix, "partitions": PARTITIONS}))
+    n = _produce(bootstrap, prefix, records)
+    consumer = AIOKafkaConsumer(*(prefix + t for t in SOURCE_TOPICS), bootstrap_servers=bootstrap, group_id=f"{prefix}pass",
+                                auto_offset_reset="earliest", enable_auto_commit=True)  # fmt: skip
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=20)
+    await consumer.start()
+    await producer.start()
+    try:
+        await consumer.getmany(timeout_ms=3000)  # joins the group before the clock starts
+        seen, start = 0, time.perf_counter()
+        while seen < n:
+            batches = await consumer.getmany(timeout_ms=1000, max_records=5000)
+            for messages in batches.values():
+                for m in messages:
+                    await producer.send(prefix + "faultline.faults", key=m.key, value=m.value)
+                seen += sum(len(m) for m in batches.values())
+        await producer.flush()
+        return n / (time.perf_counter() - start)
+    finally:
+        await consumer.stop()
+        await producer.stop()
+
+
+def _failure_story(i: int, at: float) -> tuple[list, str, list]:
+    """A pod task that gets a critical fault and then fails: (setup records, attempt key,
+    the completing record). Times are now, so the verdict is relevant."""
+    from datetime import datetime, timezone
+
+    def ts(offset: float) -> str:
+        return datetime.fromtimestamp(at + offset, timezone.utc).isoformat().replace("+00:00", "Z")
+
+    uid, node, name = f"lat-{i}-{uuid.uuid4().hex[:6]}", f"gpu-{i % 50}", f"lat-{i}"
+    labels = {"flyte.org/managed": "true", "run": f"lat{i}", "action": "a", "attempt": "1"}
+
+    def pod(phase: str, state: dict) -> bytes:
+        obj = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": name, "namespace": "ml", "uid": uid, "labels": labels, "creationTimestamp": ts(-60)},
+               "spec": {"nodeName": node, "containers": [{"name": "main"}]},
+               "status": {"phase": phase, "containerStatuses": [{"name": "main", "state": state}]}}  # fmt: skip
+        return orjson.dumps({"type": "MODIFIED", "observed_at": ts(0), "cluster": "bench", "object": obj})
+
+    event = {"apiVersion": "v1", "kind": "Event", "type": "Warning", "reason": "GPUXidError",
+             "metadata": {"name": f"{name}.1", "namespace": "ml", "uid": f"ev-{uid}", "creationTimestamp": ts(-5)},
+             "involvedObject": {"kind": "Pod", "namespace": "ml", "name": name, "uid": uid},
+             "message": f"[gpu-health] [CRITICAL] Xid 79 on GPU 0. xid=79 severity=critical gpu_index=0 node={node}",
+             "firstTimestamp": ts(-5), "lastTimestamp": ts(-5), "count": 1, "reportingInstance": node}  # fmt: skip
+    setup = [("k8s.pods", uid, pod("Running", {"running": {"startedAt": ts(-60)}})),
+             ("k8s.events", uid, orjson.dumps({"type": "ADDED", "observed_at": ts(-5), "cluster": "bench", "object": event}))]  # fmt: skip
+    done = [("k8s.pods", uid, pod("Failed", {"terminated": {"exitCode": 1, "reason": "Error", "finishedAt": ts(0)}}))]
+    return setup, f"bench/ml/lat{i}/a/1", done
+
+
+async def latency(bootstrap: str, background: list, rate: float, seconds: float, tmp: Path) -> list[float]:
+    prefix = f"bl{uuid.uuid4().hex[:6]}."
+    create_topics(load({"bootstrap": bootstrap, "topic_prefix": prefix, "partitions": PARTITIONS}))
+    worker = _start_worker(bootstrap, prefix, tmp / "lat-worker", tmp / "lat-worker.log")
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
+    verdicts = AIOKafkaConsumer(prefix + "faultline.classified-failures", bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="latest")
+    await producer.start()
+    await verdicts.start()
+    sent_at: dict[str, float] = {}
+    latencies: list[float] = []
+
+    async def read() -> None:
+        async for message in verdicts:
+            key = message.key.decode()
+            if key in sent_at and key not in {k for k, _ in done}:
+                latencies.append(time.perf_counter() - sent_at[key])
+                done.append((key, None))
+
+    done: list = []
+    reader = asyncio.create_task(read())
+    try:
+        await asyncio.sleep(8)  # the worker joins its group
+        interval, start, i, b = 1.0 / rate, time.perf_counter(), 0, 0
+        pending: list = []
+        while time.perf_counter() - start < seconds:
+            if i % 20 == 0:  # one failure story per 20 records
+                setup, key, completing = _failure_story(i, time.time())
+                for topic, k, v in setup:
+                    await producer.send(prefix + topic, key=k.encode(), value=v)
+                pending.append((time.perf_counter() + 1.0, key, completing))
+            else:
+                topic, k, v = background[b % len(background)]
+                b += 1
+                await producer.send(prefix + topic, key=k.encode(), value=v)
+            ready = [p for p in pending if p[0] <= time.perf_counter()]
+            for item in ready:
+                pending.remove(item)
+                _, key, completing = item
+                for topic, k, v in completing:
+                    await producer.send_and_wait(prefix + topic, key=k.encode(), value=v)
+                sent_at[key] = time.perf_counter()
+            i += 1
+            await asyncio.sleep(max(0.0, start + i * interval - time.perf_counter()))
+        await asyncio.sleep(5)  # the last verdicts arrive
+    finally:
+        reader.cancel()
+        await producer.stop()
+        await verdicts.stop()
+        _stop(worker)
+    return latencies
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--rate", type=float, default=2_000)
+    parser.add_argument("--seconds", type=float, default=30)
+    parser.add_argument("--smoke", action="store_true")
+    args = parser.parse_args()
+    records = list(generate(1_000 if args.smoke else args.records))
+    seconds = 3 if args.smoke else args.seconds
+
+    global _ENDS
+    with kafka() as bootstrap, tempfile.TemporaryDirectory() as tmp:
+        tmp_path = Path(tmp)
+        _ENDS = KafkaConsumer(bootstrap_servers=bootstrap)
+        passthrough = asyncio.run(_passthrough(bootstrap, records))
+        worker = throughput_worker(bootstrap, records, tmp_path)
+        lat = asyncio.run(latency(bootstrap, records, args.rate, seconds, tmp_path))
+
+    print(f"records: {len(records)}")
+    print(f"passthrough_records_per_s: {passthrough:.0f}")
+    print(f"worker_records_per_s: {worker:.0f}")
+    print(f"ratio_worker_to_passthrough: {worker / passthrough:.2f}")
+    print(f"latency_samples: {len(lat)}")
+    print(f"latency_p50_ms: {1000 * _pct(lat, 0.5):.0f}")
+    print(f"latency_p99_ms: {1000 * _pct(lat, 0.99):.0f}")
+    print(
+        f"summary: worker {worker:.0f} rec/s = {worker / passthrough:.2f}x aiokafka pass-through (target >= 0.5); "
+        f"verdict latency at {args.rate:.0f} rec/s p50 {1000 * _pct(lat, 0.5):.0f} ms, p99 {1000 * _pct(lat, 0.99):.0f} ms (target p99 < 1000)"
+    )
+
+
+if __name__ == "__main__":
+    main()
