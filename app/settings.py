@@ -1,0 +1,195 @@
+"""The settings of the streaming commands, declared once.
+
+Each field of `Settings` is one setting: its type and constraints, its default and its
+doc live here and nowhere else. Its environment variable is `FAULTLINE_<NAME>` and its
+command-line flag `--<name-with-dashes>`; a flag overrides the environment, which
+overrides the default. `load()` validates everything and says which setting is wrong and
+how to fix it.
+
+(The rules the verdicts depend on are not settings of a process: they are
+`app.core.rules.Rules`, versioned with every verdict, SPEC R10. A worker only names the
+rule file it runs, the same file `faultline replay --rules` takes.)
+"""
+
+from __future__ import annotations
+
+import os
+import typing
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+ENV_PREFIX = "FAULTLINE_"
+
+# Kafka topic and group names: at most 249 of [a-zA-Z0-9._-].
+_KAFKA_NAME = r"^[A-Za-z0-9._-]*$"
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    bootstrap: Annotated[
+        str,
+        msgspec.Meta(
+            pattern=r"^[^\s,:]+:[0-9]+(,[^\s,:]+:[0-9]+)*$",
+            description="Kafka bootstrap servers, host:port[,host:port...]",
+        ),
+    ] = "127.0.0.1:9092"
+    topic_prefix: Annotated[
+        str,
+        msgspec.Meta(
+            pattern=_KAFKA_NAME,
+            max_length=120,
+            description="prefix of every topic and of the consumer group, e.g. 'staging.' ('' for none)",
+        ),
+    ] = ""
+    partitions: Annotated[
+        int,
+        msgspec.Meta(ge=1, le=10_000, description="partitions of every topic faultline creates (source, output, internal, changelog)"),
+    ] = 4
+    replication: Annotated[
+        int, msgspec.Meta(ge=1, le=32, description="replication factor of every topic faultline creates")
+    ] = 1
+    store: Annotated[
+        Literal["rocksdb", "memory"],
+        msgspec.Meta(description="where the worker keeps its tables: rocksdb (on disk, fast restart) or memory (rebuilt from the changelogs)"),
+    ] = "rocksdb"
+    data_dir: Annotated[
+        str, msgspec.Meta(min_length=1, description="worker data directory (RocksDB tables); one per worker process")
+    ] = ".faultline"
+    web_port: Annotated[
+        int, msgspec.Meta(ge=0, le=65535, description="port of the worker's Faust web server; 0 turns it off")
+    ] = 6066
+    app_name: Annotated[
+        str,
+        msgspec.Meta(
+            pattern=r"^[A-Za-z0-9._-]+$",
+            max_length=100,
+            description="Faust app id after the prefix: names the consumer group and the changelog topics",
+        ),
+    ] = "faultline"
+    worker_id: Annotated[
+        str,
+        msgspec.Meta(
+            pattern=_KAFKA_NAME,
+            max_length=100,
+            description="stable id of this worker (Kafka static membership: a restarted worker gets its "
+            "partitions back at once); unique per live worker; '' for dynamic membership",
+        ),
+    ] = ""
+    sweep_interval: Annotated[
+        float,
+        msgspec.Meta(
+            gt=0,
+            description="seconds between sweeps of expired state; the decision uses stream time, never this clock (SPEC R7.4)",
+        ),
+    ] = 60.0
+    rules: Annotated[
+        str,
+        msgspec.Meta(
+            description="rule file (.toml or .json, as for `faultline replay --rules`); '' for the built-in rules",
+        ),
+    ] = ""
+    log_level: Annotated[
+        Literal["debug", "info", "warning", "error"], msgspec.Meta(description="worker log level")
+    ] = "info"
+
+    def topic(self, logical: str) -> str:
+        """The Kafka name of a logical topic (e.g. `k8s.pods`)."""
+        return self.topic_prefix + logical
+
+    @property
+    def app_id(self) -> str:
+        return self.topic_prefix + self.app_name
+
+
+class SettingsError(ValueError):
+    """A setting has a wrong value; the message names it and what would be right."""
+
+
+class SettingInfo(msgspec.Struct, frozen=True):
+    name: str
+    env: str
+    flag: str
+    default: Any
+    doc: str
+    type: Any  # the annotation without its Meta
+
+
+def describe() -> list[SettingInfo]:
+    """Every setting with its env var, flag, default and doc (for --help and the docs)."""
+    hints = typing.get_type_hints(Settings, include_extras=True)
+    infos = []
+    for field in msgspec.structs.fields(Settings):
+        hint = hints[field.name]
+        doc, base = "", hint
+        if typing.get_origin(hint) is Annotated:
+            base, *metas = typing.get_args(hint)
+            doc = next((m.description for m in metas if isinstance(m, msgspec.Meta) and m.description), "")
+        infos.append(
+            SettingInfo(
+                name=field.name,
+                env=ENV_PREFIX + field.name.upper(),
+                flag="--" + field.name.replace("_", "-"),
+                default=field.default,
+                doc=doc,
+                type=base,
+            )
+        )
+    return infos
+
+
+def _expected(info: SettingInfo) -> str:
+    hint = typing.get_type_hints(Settings, include_extras=True)[info.name]
+    metas = [m for m in typing.get_args(hint)[1:] if isinstance(m, msgspec.Meta)]
+    if typing.get_origin(info.type) is Literal:
+        return "one of " + ", ".join(repr(v) for v in typing.get_args(info.type))
+    parts: list[str] = []
+    for meta in metas:
+        for bound, word in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+            if getattr(meta, bound) is not None:
+                parts.append(f"{word} {getattr(meta, bound)}")
+        if meta.min_length:
+            parts.append("non-empty")
+        if meta.pattern:
+            parts.append(f"matching {meta.pattern}")
+    return f"{info.type.__name__} " + " and ".join(parts) if parts else info.type.__name__
+
+
+def load(overrides: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> Settings:
+    """Defaults, then FAULTLINE_* from `env` (default: os.environ), then `overrides`
+    (flags; None means 'not given'). Raises SettingsError naming the bad setting."""
+    env = os.environ if env is None else env
+    infos = {info.name: info for info in describe()}
+    raw: dict[str, Any] = {}
+    source: dict[str, str] = {}
+    for name, info in infos.items():
+        if info.env in env:
+            raw[name] = env[info.env]
+            source[name] = f"environment variable {info.env}"
+    for name, value in (overrides or {}).items():
+        if name not in infos:
+            raise SettingsError(f"unknown setting {name!r}; known: {', '.join(infos)}")
+        if value is not None:
+            raw[name] = value
+            source[name] = f"flag {infos[name].flag}"
+    try:
+        # strict=False: the environment gives strings, "4" must read as 4.
+        return msgspec.convert(raw, Settings, strict=False)
+    except msgspec.ValidationError as exc:
+        name = _field_of(str(exc))
+        if name is None or name not in infos:
+            raise SettingsError(f"invalid settings: {exc}") from None
+        info = infos[name]
+        given = raw.get(name)
+        raise SettingsError(
+            f"setting {name} = {given!r} (from {source.get(name, 'default')}) is invalid: "
+            f"expected {_expected(info)}; fix {info.flag} or {info.env} ({info.doc})"
+        ) from None
+
+
+def _field_of(message: str) -> str | None:
+    # msgspec ends a validation message with "- at `$.field`".
+    marker = "at `$."
+    if marker not in message:
+        return None
+    return message.rsplit(marker, 1)[1].split("`", 1)[0].split("[", 1)[0].split(".", 1)[0]

@@ -1,0 +1,89 @@
+"""Bytes on the wire and in the tables.
+
+Topic payloads are the contract's JSON (msgspec), never Faust model envelopes, so any
+consumer can read them. Table values are an `Entry`: the core's state plus the source
+positions it reflects, so that a record redelivered after a crash (at-least-once) is
+recognised as already applied instead of being folded twice.
+"""
+
+from __future__ import annotations
+
+from typing import Generic, TypeVar
+
+import msgspec
+
+from app.model.records import DeadLetter
+
+S = TypeVar("S")
+
+_encoder = msgspec.json.Encoder()
+
+# Header carried by every record a stage writes to a re-key topic: the source record
+# it came from, `topic:partition:offset:index` (index: n-th record that source caused).
+ORIGIN_HEADER = "faultline-origin"
+
+
+def encode(value: object) -> bytes:
+    """A record value or table entry as JSON (deterministic: field order is the type's)."""
+    return _encoder.encode(value)
+
+
+class Position(msgspec.Struct, frozen=True, array_like=True, order=True):
+    """Where a fold input came from: the record's offset in its source topic-partition,
+    then the index among the records that one source record caused."""
+
+    offset: int
+    index: int = 0
+
+
+class Origin(msgspec.Struct, frozen=True):
+    topic: str
+    partition: int
+    position: Position
+
+    @property
+    def stream(self) -> str:
+        """The totally ordered stream this position belongs to."""
+        return f"{self.topic}:{self.partition}"
+
+    def header(self) -> bytes:
+        return f"{self.topic}:{self.partition}:{self.position.offset}:{self.position.index}".encode()
+
+    @classmethod
+    def from_header(cls, raw: bytes) -> Origin | None:
+        try:
+            topic, partition, offset, index = raw.decode().rsplit(":", 3)
+            return cls(topic, int(partition), Position(int(offset), int(index)))
+        except ValueError:
+            return None
+
+
+class Entry(msgspec.Struct, Generic[S]):
+    """A table value: the core's state for one key, the table partition it lives in
+    (needed to write a tombstone from the expiry timer) and, per source stream, the
+    position of the last record folded into it."""
+
+    partition: int
+    positions: dict[str, Position]
+    state: S
+
+    def applied(self, origin: Origin) -> bool:
+        """True if `origin` was already folded in (a redelivery after a crash)."""
+        seen = self.positions.get(origin.stream)
+        return seen is not None and origin.position <= seen
+
+
+def entry_decoder(state_type: type) -> msgspec.json.Decoder:
+    return msgspec.json.Decoder(Entry[state_type])  # type: ignore[valid-type]
+
+
+def dead_letter(topic: str, key: bytes | None, partition: int, offset: int, reason: str, value: bytes | None) -> DeadLetter:
+    """SPEC R11.1: where the bad record is (its Kafka topic, partition and offset) and why."""
+    return DeadLetter(
+        topic=topic,
+        key=key.decode("utf-8", "replace") if key is not None else None,
+        partition=partition,
+        offset=offset,
+        reason=reason,
+        value=(value or b"").decode("utf-8", "replace"),
+    )

@@ -1,0 +1,175 @@
+"""Every topic faultline reads or writes: its logical name, its role, its Kafka config;
+and their creation with kafka-python's admin client (idempotent).
+
+The Kafka name is the configured prefix + the logical name (`Settings.topic`).
+Source and internal topics must all have the same partition count: the stages join
+records of several topics in one table partition (k8s.pods and k8s.events by pod uid),
+and Faust keeps each table partition with the same-numbered input partitions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Literal
+
+import msgspec
+from kafka import KafkaAdminClient
+from kafka.admin import ConfigResource, ConfigResourceType
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+
+from app.model.envelope import SOURCE_TOPICS
+from app.model.facts import ATTEMPT_FACTS
+from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, FAULTS, GANG_TRANSITIONS
+from app.settings import Settings
+
+# Internal re-key topic: k8s.jobs (JobSets) and k8s.workloads -> the gang stage, keyed by
+# JobSet (DESIGN.md). Its records are the source envelopes, unchanged.
+GANG_INPUTS = "faultline.gang-inputs"
+
+Role = Literal["source", "output", "internal"]
+
+
+class TopicSpec(msgspec.Struct, frozen=True):
+    logical: str
+    role: Role
+    config: dict[str, str] = {}
+
+    @property
+    def co_partitioned(self) -> bool:
+        return self.role != "output"
+
+
+TOPICS: tuple[TopicSpec, ...] = (
+    *(TopicSpec(name, "source") for name in SOURCE_TOPICS),
+    TopicSpec(FAULTS, "output"),
+    # The latest verdict per attempt key supersedes the earlier ones (DESIGN.md, R7.2).
+    TopicSpec(CLASSIFIED_FAILURES, "output", {"cleanup.policy": "compact"}),
+    TopicSpec(GANG_TRANSITIONS, "output"),
+    TopicSpec(DEAD_LETTER, "output"),
+    TopicSpec(ATTEMPT_FACTS, "internal"),
+    TopicSpec(GANG_INPUTS, "internal"),
+)
+
+
+class TopicError(RuntimeError):
+    """A topic is missing or shaped wrong; the message says which and how to fix it."""
+
+
+@contextmanager
+def admin_client(settings: Settings) -> Iterator[KafkaAdminClient]:
+    try:
+        admin = KafkaAdminClient(
+            bootstrap_servers=settings.bootstrap.split(","), client_id="faultline-admin", request_timeout_ms=30_000
+        )
+    except KafkaError as exc:
+        raise TopicError(
+            f"cannot reach Kafka at {settings.bootstrap} ({exc}): start a broker (python ops/kafka/local_broker.py start) "
+            "or point --bootstrap / FAULTLINE_BOOTSTRAP at one"
+        ) from None
+    try:
+        yield admin
+    finally:
+        admin.close()
+
+
+def _partition_counts(admin: KafkaAdminClient, names: list[str]) -> dict[str, int]:
+    """Kafka name -> partition count, for the topics among `names` that exist."""
+    existing = set(admin.list_topics())
+    wanted = [n for n in names if n in existing]
+    if not wanted:
+        return {}
+    return {t["name"]: len(t["partitions"]) for t in admin.describe_topics(wanted) if not t.get("error_code")}
+
+
+def _mismatch(spec: TopicSpec, name: str, found: int, settings: Settings) -> str:
+    return (
+        f"topic {name} has {found} partitions but partitions = {settings.partitions}: every source and internal "
+        "topic must have the same count (the stages join them partition by partition); recreate it or set "
+        "--partitions / FAULTLINE_PARTITIONS to match"
+    )
+
+
+def create_topics(settings: Settings) -> list[str]:
+    """Create the missing topics; one line per topic saying what happened. Idempotent:
+    existing topics are kept, but a co-partitioned one with the wrong partition count is
+    an error (raised after every topic was looked at)."""
+    lines: list[str] = []
+    problems: list[str] = []
+    with admin_client(settings) as admin:
+        names = {spec.logical: settings.topic(spec.logical) for spec in TOPICS}
+        counts = _partition_counts(admin, list(names.values()))
+        missing = [spec for spec in TOPICS if names[spec.logical] not in counts]
+        if missing:
+            request = {
+                names[spec.logical]: {
+                    "num_partitions": settings.partitions,
+                    "replication_factor": settings.replication,
+                    "configs": dict(spec.config),
+                }
+                for spec in missing
+            }
+            try:
+                result = admin.create_topics(request, raise_errors=False, wait_for_metadata=True)
+            except KafkaError as exc:
+                raise TopicError(f"creating topics failed: {exc}") from None
+            for topic in result["topics"]:
+                code = topic.get("error_code", 0)
+                if code and code != TopicAlreadyExistsError.errno:  # a concurrent create is fine
+                    problems.append(f"creating {topic['name']} failed: {topic.get('error_message') or code}")
+        created = {names[s.logical] for s in missing}
+        counts = _partition_counts(admin, list(names.values()))
+        for spec in TOPICS:
+            name = names[spec.logical]
+            found = counts.get(name)
+            if found is None:
+                continue
+            verb = "created" if name in created else "exists "
+            config = " ".join(f"{k}={v}" for k, v in spec.config.items())
+            lines.append(f"{verb} {name:<45} {found} partitions  {spec.role}{'  ' + config if config else ''}")
+            if spec.co_partitioned and found != settings.partitions:
+                problems.append(_mismatch(spec, name, found, settings))
+        problems += _config_drift(admin, names, created)
+    if problems:
+        raise TopicError("\n".join([*lines, *problems]))
+    return lines
+
+
+def _config_drift(admin: KafkaAdminClient, names: dict[str, str], created: set[str]) -> list[str]:
+    """A pre-existing topic whose config differs from ours (e.g. not compacted)."""
+    specs = [s for s in TOPICS if s.config and names[s.logical] not in created]
+    if not specs:
+        return []
+    resources = [ConfigResource(ConfigResourceType.TOPIC, names[s.logical]) for s in specs]
+    try:
+        described = admin.describe_configs(resources, config_filter="all")
+    except KafkaError:
+        return []  # best effort: an old broker may not describe configs
+    found = described.get("topic", {})
+    drift = []
+    for spec in specs:
+        name = names[spec.logical]
+        configs = found.get(name, {})
+        for key, value in spec.config.items():
+            actual = configs.get(key, {})
+            actual = actual.get("value") if isinstance(actual, dict) else actual
+            if actual is not None and actual != value:
+                drift.append(f"topic {name} has {key}={actual}, expected {value}: alter it with kafka-configs.sh")
+    return drift
+
+
+def check_topics(settings: Settings) -> None:
+    """Before a worker starts: every topic exists and the co-partitioned ones have
+    `partitions` partitions (else Kafka would auto-create them with the broker default)."""
+    with admin_client(settings) as admin:
+        counts = _partition_counts(admin, [settings.topic(s.logical) for s in TOPICS])
+    problems = []
+    for spec in TOPICS:
+        name = settings.topic(spec.logical)
+        if name not in counts:
+            problems.append(f"topic {name} does not exist")
+        elif spec.co_partitioned and counts[name] != settings.partitions:
+            problems.append(_mismatch(spec, name, counts[name], settings))
+    if problems:
+        problems.append("run `faultline topics create` with the same --topic-prefix and --partitions first")
+        raise TopicError("\n".join(problems))
