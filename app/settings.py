@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import typing
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 
@@ -115,32 +115,37 @@ class SettingInfo(msgspec.Struct, frozen=True):
     type: Any  # the annotation without its Meta
 
 
-def describe() -> list[SettingInfo]:
-    """Every setting with its env var, flag, default and doc (for --help and the docs)."""
-    hints = typing.get_type_hints(Settings, include_extras=True)
+SettingsT = TypeVar("SettingsT", bound=msgspec.Struct)
+
+
+def _split(hint: Any) -> tuple[Any, list[msgspec.Meta]]:
+    if typing.get_origin(hint) is Annotated:
+        base, *extra = typing.get_args(hint)
+        return base, [m for m in extra if isinstance(m, msgspec.Meta)]
+    return hint, []
+
+
+def describe(cls: type[msgspec.Struct] = Settings) -> list[SettingInfo]:
+    """Every setting of `cls` with its env var, flag, default and doc (for --help and the docs)."""
+    hints = typing.get_type_hints(cls, include_extras=True)
     infos = []
-    for field in msgspec.structs.fields(Settings):
-        hint = hints[field.name]
-        doc, base = "", hint
-        if typing.get_origin(hint) is Annotated:
-            base, *metas = typing.get_args(hint)
-            doc = next((m.description for m in metas if isinstance(m, msgspec.Meta) and m.description), "")
+    for field in msgspec.structs.fields(cls):
+        base, metas = _split(hints[field.name])
         infos.append(
             SettingInfo(
                 name=field.name,
                 env=ENV_PREFIX + field.name.upper(),
                 flag="--" + field.name.replace("_", "-"),
                 default=field.default,
-                doc=doc,
+                doc=next((m.description for m in metas if m.description), ""),
                 type=base,
             )
         )
     return infos
 
 
-def _expected(info: SettingInfo) -> str:
-    hint = typing.get_type_hints(Settings, include_extras=True)[info.name]
-    metas = [m for m in typing.get_args(hint)[1:] if isinstance(m, msgspec.Meta)]
+def _expected(cls: type[msgspec.Struct], info: SettingInfo) -> str:
+    _, metas = _split(typing.get_type_hints(cls, include_extras=True)[info.name])
     if typing.get_origin(info.type) is Literal:
         return "one of " + ", ".join(repr(v) for v in typing.get_args(info.type))
     parts: list[str] = []
@@ -155,36 +160,41 @@ def _expected(info: SettingInfo) -> str:
     return f"{info.type.__name__} " + " and ".join(parts) if parts else info.type.__name__
 
 
-def load(overrides: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> Settings:
+def load_struct(
+    cls: type[SettingsT], overrides: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None
+) -> SettingsT:
     """Defaults, then FAULTLINE_* from `env` (default: os.environ), then `overrides`
     (flags; None means 'not given'). Raises SettingsError naming the bad setting."""
     env = os.environ if env is None else env
-    infos = {info.name: info for info in describe()}
+    infos = {info.name: info for info in describe(cls)}
     raw: dict[str, Any] = {}
     source: dict[str, str] = {}
     for name, info in infos.items():
         if info.env in env:
-            raw[name] = env[info.env]
-            source[name] = f"environment variable {info.env}"
+            raw[name], source[name] = env[info.env], f"environment variable {info.env}"
     for name, value in (overrides or {}).items():
         if name not in infos:
             raise SettingsError(f"unknown setting {name!r}; known: {', '.join(infos)}")
         if value is not None:
-            raw[name] = value
-            source[name] = f"flag {infos[name].flag}"
+            raw[name], source[name] = value, f"flag {infos[name].flag}"
     try:
         # strict=False: the environment gives strings, "4" must read as 4.
-        return msgspec.convert(raw, Settings, strict=False)
+        return msgspec.convert(raw, cls, strict=False)
     except msgspec.ValidationError as exc:
         name = _field_of(str(exc))
         if name is None or name not in infos:
             raise SettingsError(f"invalid settings: {exc}") from None
         info = infos[name]
-        given = raw.get(name)
+        given = raw.get(name, info.default)
         raise SettingsError(
-            f"setting {name} = {given!r} (from {source.get(name, 'default')}) is invalid: "
-            f"expected {_expected(info)}; fix {info.flag} or {info.env} ({info.doc})"
+            f"setting {name} = {given!r} (from {source.get(name, 'the default')}) is invalid: "
+            f"expected {_expected(cls, info)}; fix {info.flag} or {info.env} ({info.doc})"
         ) from None
+
+
+def load(overrides: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> Settings:
+    """The streaming commands' settings (see `load_struct`)."""
+    return load_struct(Settings, overrides, env)
 
 
 def _field_of(message: str) -> str | None:

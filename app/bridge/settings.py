@@ -8,15 +8,14 @@ Each field is one setting: environment variable `FAULTLINE_<NAME>`, flag
 
 from __future__ import annotations
 
-import os
-import typing
 from collections.abc import Mapping
 from typing import Annotated, Any
 
 import msgspec
 
 from app.bridge.resources import KINDS_BY_NAME
-from app.settings import ENV_PREFIX, SettingInfo, SettingsError
+from app.settings import SettingInfo, SettingsError, load_struct
+from app.settings import describe as describe_settings
 
 _NAMESPACE_LIST = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(,[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$"
 _KIND_LIST = r"^([A-Za-z]+(,[A-Za-z]+)*)?$"
@@ -86,74 +85,16 @@ class BridgeSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         return [k for k in self.kinds.split(",") if k]
 
 
-def describe(cls: type[msgspec.Struct] = BridgeSettings) -> list[SettingInfo]:
-    """Every setting with its env var, flag, default and doc."""
-    hints = typing.get_type_hints(cls, include_extras=True)
-    infos = []
-    for field in msgspec.structs.fields(cls):
-        base, metas = _split(hints[field.name])
-        doc = next((m.description for m in metas if m.description), "")
-        infos.append(
-            SettingInfo(
-                name=field.name,
-                env=ENV_PREFIX + field.name.upper(),
-                flag="--" + field.name.replace("_", "-"),
-                default=field.default,
-                doc=doc,
-                type=base,
-            )
-        )
-    return infos
-
-
-def _split(hint: Any) -> tuple[Any, list[msgspec.Meta]]:
-    if typing.get_origin(hint) is Annotated:
-        base, *extra = typing.get_args(hint)
-        return base, [m for m in extra if isinstance(m, msgspec.Meta)]
-    return hint, []
-
-
-def _expected(cls: type[msgspec.Struct], name: str) -> str:
-    base, metas = _split(typing.get_type_hints(cls, include_extras=True)[name])
-    parts: list[str] = []
-    for meta in metas:
-        for bound, word in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
-            if getattr(meta, bound) is not None:
-                parts.append(f"{word} {getattr(meta, bound)}")
-        if meta.min_length:
-            parts.append("non-empty")
-        if meta.pattern:
-            parts.append(f"matching {meta.pattern}")
-    return f"{base.__name__} " + " and ".join(parts) if parts else base.__name__
+def describe() -> list[SettingInfo]:
+    """Every bridge setting with its env var, flag, default and doc."""
+    return describe_settings(BridgeSettings)
 
 
 def load(overrides: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None) -> BridgeSettings:
     """Defaults, then FAULTLINE_* from `env` (default: os.environ), then `overrides`
     (flags; None means 'not given'). Raises SettingsError naming the bad setting."""
-    env = os.environ if env is None else env
+    settings = load_struct(BridgeSettings, overrides, env)
     infos = {info.name: info for info in describe()}
-    raw: dict[str, Any] = {}
-    source: dict[str, str] = {}
-    for name, info in infos.items():
-        if info.env in env:
-            raw[name], source[name] = env[info.env], f"environment variable {info.env}"
-    for name, value in (overrides or {}).items():
-        if name not in infos:
-            raise SettingsError(f"unknown setting {name!r}; known: {', '.join(infos)}")
-        if value is not None:
-            raw[name], source[name] = value, f"flag {infos[name].flag}"
-    try:
-        settings = msgspec.convert(raw, BridgeSettings, strict=False)
-    except msgspec.ValidationError as exc:
-        name = _field_of(str(exc))
-        if name is None or name not in infos:
-            raise SettingsError(f"invalid bridge settings: {exc}") from None
-        info = infos[name]
-        given = raw.get(name, info.default)
-        raise SettingsError(
-            f"setting {name} = {given!r} (from {source.get(name, 'the default')}) is invalid: "
-            f"expected {_expected(BridgeSettings, name)}; fix {info.flag} or {info.env} ({info.doc})"
-        ) from None
     if not settings.cluster:  # msgspec does not check a default against its constraints
         info = infos["cluster"]
         raise SettingsError(f"setting cluster is required: give {info.flag} NAME or set {info.env} ({info.doc})")
@@ -170,11 +111,3 @@ def load(overrides: Mapping[str, Any] | None = None, env: Mapping[str, str] | No
             "raise --backoff-max (FAULTLINE_BACKOFF_MAX) or lower --backoff-initial (FAULTLINE_BACKOFF_INITIAL)"
         )
     return settings
-
-
-def _field_of(message: str) -> str | None:
-    # msgspec ends a validation message with "- at `$.field`".
-    marker = "at `$."
-    if marker not in message:
-        return None
-    return message.rsplit(marker, 1)[1].split("`", 1)[0].split("[", 1)[0].split(".", 1)[0]
