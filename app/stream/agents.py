@@ -12,6 +12,7 @@ Kafka topics:
     gang-inputs --(JobSet)--> gang stage [table gangs] -------------> gang-transitions
 
 Delivery (at-least-once, SPEC R7.3, R11.1). For each input record, in order:
+  0. check that it is the next offset of its partition (`Continuity`);
   1. decode; a bad record becomes a dead letter and processing goes on;
   2. if the key's table entry already reflects this record's position, skip it: it is a
      redelivery after a crash, and its outputs were written before its state was;
@@ -109,14 +110,12 @@ class CommittedOffsets(Service):
 class Continuity:
     """Each agent must see every offset of each input partition in order.
 
-    Faust (0.15) can drop records it had already fetched: it clears the agents' buffers
-    on a rebalance and relies on seeking back to the committed offset, and around its
-    start-up seek records of a partition with no committed offset yet are lost the same
-    way (aiokafka's `seek_to_committed` does nothing for such a partition). Processing a
-    later record first would record its position, and the dropped one, redelivered after
-    a restart, would be skipped as already applied. So a hole stops the worker (the
-    agents run under `CrashingSupervisor`); the restart re-reads from the last committed
-    offset, which is never past an unprocessed record.
+    Faust (0.15) can drop records it had already fetched and rely on a seek back to the
+    committed offset to deliver them again (see `faust_fixes`, which closes the case seen
+    here). Processing a later record first would record its position, and the dropped
+    one, redelivered after a restart, would be skipped as already applied. So a hole
+    stops the worker (the agents run under `CrashingSupervisor`); the restart re-reads
+    from the last committed offset, which is never past an unprocessed record.
     """
 
     def __init__(self, app: faust.App, agent: str, committed: CommittedOffsets) -> None:
@@ -130,9 +129,10 @@ class Continuity:
         tp = message.tp
         expected = self.next.get(tp)
         if expected is None:  # the first record of this partition since (re)assignment
-            expected = await self.committed.get(tp)
-            if expected is None:
-                expected = (await self.app.consumer.earliest_offsets(tp)).get(tp) or 0
+            committed = await self.committed.get(tp)
+            earliest = (await self.app.consumer.earliest_offsets(tp)).get(tp) or 0
+            # Records the broker deleted (retention) while nothing read them are no hole.
+            expected = earliest if committed is None else max(committed, earliest)
         if message.offset > expected:
             log.error(
                 "%s: records %s[%d] %d..%d were dropped before processing (a Faust fetch race); "
