@@ -88,7 +88,10 @@ def run_topics_create(args: argparse.Namespace) -> int:
         return _fail(str(exc), 2)
     except TopicError as exc:
         return _fail(str(exc))
-    print("\n".join(lines))
+    try:
+        print("\n".join(lines))
+    except BrokenPipeError:  # e.g. `| head`
+        pass
     return 0
 
 
