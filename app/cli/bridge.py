@@ -14,16 +14,16 @@ import signal
 import sys
 import threading
 import time
-import typing
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Any
 
 from app import settings as settings_mod
 from app.bridge import settings as bridge_settings_mod
 from app.bridge.errors import BridgeError
 from app.bridge.settings import BridgeSettings
-from app.settings import SettingInfo, SettingsError
+from app.cli.settings_flags import settings_flags
+from app.settings import SettingsError
 
 KAFKA = ["bootstrap", "topic_prefix", "replication", "log_level"]
 LOGGING = ["log_level"]
@@ -32,31 +32,15 @@ WATCH = [info.name for info in bridge_settings_mod.describe()]
 log = logging.getLogger("faultline.bridge")
 
 
-def _flags(infos: list[SettingInfo], names: list[str], title: str) -> argparse.ArgumentParser:
-    parent = argparse.ArgumentParser(add_help=False)
-    group = parent.add_argument_group(f"{title} (flag > environment variable > default)")
-    for info in infos:
-        if info.name not in names:
-            continue
-        kwargs: dict[str, Any] = {"dest": info.name, "default": None}
-        if typing.get_origin(info.type) is Literal:
-            kwargs["choices"] = list(typing.get_args(info.type))
-        elif info.type in (int, float):
-            kwargs["type"] = info.type
-        metavar = info.name.upper() if "choices" not in kwargs else None
-        group.add_argument(info.flag, metavar=metavar, help=f"{info.doc} [{info.env}, default {info.default!r}]", **kwargs)
-    return parent
-
-
 def _stop_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, default=None, metavar="S", help="stop after S seconds (default: until Ctrl-C)")
     parser.add_argument("--max-records", type=int, default=None, metavar="N", help="stop after N source records")
 
 
 def register(commands: argparse._SubParsersAction) -> None:
-    watch = _flags(bridge_settings_mod.describe(), WATCH, "watch settings")
-    kafka = _flags(settings_mod.describe(), KAFKA, "Kafka settings")
-    logging_only = _flags(settings_mod.describe(), LOGGING, "logging")
+    watch = settings_flags(bridge_settings_mod.describe(), WATCH, "watch settings")
+    kafka = settings_flags(settings_mod.describe(), KAFKA, "Kafka settings")
+    logging_only = settings_flags(settings_mod.describe(), LOGGING, "logging")
 
     p = commands.add_parser(
         "bridge",

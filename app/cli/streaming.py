@@ -9,9 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-import typing
 from pathlib import Path
-from typing import Literal
 
 import msgspec
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
@@ -22,6 +20,7 @@ from app.model.envelope import SOURCE_TOPICS, TraceLine
 from app.replay.trace import read_lines
 from app.rulefile import RuleFileError, load_rules
 from app.settings import Settings, SettingsError
+from app.cli.settings_flags import settings_flags
 from app.stream.topics import TopicError, check_topics, create_topics
 
 CONNECT = ["bootstrap", "topic_prefix"]
@@ -29,20 +28,8 @@ SHAPE = [*CONNECT, "partitions", "replication"]
 WORKER = [info.name for info in settings_mod.describe()]
 
 
-def _settings_flags(names: list[str]) -> argparse.ArgumentParser:
-    parent = argparse.ArgumentParser(add_help=False)
-    group = parent.add_argument_group("settings (flag > environment variable > default)")
-    for info in settings_mod.describe():
-        if info.name not in names:
-            continue
-        kwargs: dict[str, typing.Any] = {"dest": info.name, "default": None}
-        if typing.get_origin(info.type) is Literal:
-            kwargs["choices"] = list(typing.get_args(info.type))
-        elif info.type in (int, float):
-            kwargs["type"] = info.type
-        metavar = info.name.upper() if "choices" not in kwargs else None
-        group.add_argument(info.flag, metavar=metavar, help=f"{info.doc} [{info.env}, default {info.default!r}]", **kwargs)
-    return parent
+def _flags(names: list[str]) -> argparse.ArgumentParser:
+    return settings_flags(settings_mod.describe(), names)
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -50,21 +37,21 @@ def register(commands: argparse._SubParsersAction) -> None:
     sub = p.add_subparsers(dest="topics_command", required=True, metavar="ACTION")
     c = sub.add_parser(
         "create",
-        parents=[_settings_flags(SHAPE)],
+        parents=[_flags(SHAPE)],
         help="create the source, output and internal topics (idempotent)",
     )
     c.set_defaults(run=run_topics_create, settings_names=SHAPE)
 
-    p = commands.add_parser("worker", parents=[_settings_flags(WORKER)], help="run a stream worker (Faust) until SIGTERM")
+    p = commands.add_parser("worker", parents=[_flags(WORKER)], help="run a stream worker (Faust) until SIGTERM")
     p.set_defaults(run=run_worker, settings_names=WORKER)
 
     p = commands.add_parser(
-        "publish", parents=[_settings_flags(SHAPE)], help="publish a trace's records into the source topics, in order"
+        "publish", parents=[_flags(SHAPE)], help="publish a trace's records into the source topics, in order"
     )
     p.add_argument("trace", type=Path, help="trace file (JSON Lines of {topic, key, value})")
     p.set_defaults(run=run_publish, settings_names=SHAPE)
 
-    p = commands.add_parser("tail", parents=[_settings_flags(CONNECT)], help="print a topic's records as JSON Lines as they arrive")
+    p = commands.add_parser("tail", parents=[_flags(CONNECT)], help="print a topic's records as JSON Lines as they arrive")
     p.add_argument("topic", help="logical topic name, e.g. faultline.classified-failures (the prefix is added)")
     p.add_argument("--from-beginning", action="store_true", help="start at the oldest record (default: only new ones)")
     p.add_argument("--max", type=int, default=None, metavar="N", help="stop after N records")
