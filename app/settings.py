@@ -14,11 +14,14 @@ rule file it runs, the same file `faultline replay --rules` takes.)
 from __future__ import annotations
 
 import os
+import re
 import typing
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
+
+from app.core.fleet import FleetSettings
 
 ENV_PREFIX = "FAULTLINE_"
 
@@ -83,6 +86,52 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             description="seconds between sweeps of expired state; the decision uses stream time, never this clock (SPEC R7.4)",
         ),
     ] = 60.0
+    batch_max: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1,
+            le=100_000,
+            description="most records a stage folds before it waits for Kafka to acknowledge their outputs and "
+            "writes their state; a batch also ends when no record is waiting",
+        ),
+    ] = 500
+    fetch_wait_ms: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1,
+            le=60_000,
+            description="longest the broker holds a fetch of partitions with nothing new, between rebalances "
+            "(one fetch per broker is in flight, so it delays every partition; Faust's 1500 ms applies during rebalances)",
+        ),
+    ] = 100
+    fetch_partition_bytes: Annotated[
+        int,
+        msgspec.Meta(
+            ge=65_536,
+            le=1 << 30,
+            description="most bytes fetched per partition per request (Faust's consumer_max_fetch_size; its default is 1 MiB)",
+        ),
+    ] = 4 << 20
+    fleet_stage: Annotated[
+        bool,
+        msgspec.Meta(
+            description="run the fleet stage (derived topics, the fleet page's data); the same on every worker "
+            "of a group (their subscriptions must match); false saves its CPU where fleet health is not wanted",
+        ),
+    ] = True
+    quarantine_threshold: Annotated[
+        int, msgspec.Meta(ge=1, description="critical faults within quarantine_window that make a node or GPU a quarantine candidate")
+    ] = 3
+    quarantine_window: Annotated[
+        str,
+        msgspec.Meta(
+            pattern=r"^\s*\d+(\.\d+)?\s*[smhd]?\s*$",
+            description="stream time the quarantine count slides over: seconds, or a number with s, m, h or d (>= 60 s)",
+        ),
+    ] = "24h"
+    fleet_history_hours: Annotated[
+        int, msgspec.Meta(ge=1, le=24 * 90, description="hourly fleet buckets kept (stream time); at least quarantine_window")
+    ] = 48
     rules: Annotated[
         str,
         msgspec.Meta(
@@ -93,6 +142,28 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         Literal["debug", "info", "warning", "error"], msgspec.Meta(description="worker log level")
     ] = "info"
 
+    def __post_init__(self) -> None:
+        window = parse_duration(self.quarantine_window)
+        if window < 60:
+            raise ValueError(
+                f"quarantine_window = {self.quarantine_window!r} is shorter than a minute: "
+                "fix --quarantine-window / FAULTLINE_QUARANTINE_WINDOW (e.g. 24h)"
+            )
+        if window > self.fleet_history_hours * 3600:
+            raise ValueError(
+                f"quarantine_window = {self.quarantine_window!r} is longer than fleet_history_hours = "
+                f"{self.fleet_history_hours}: raise --fleet-history-hours / FAULTLINE_FLEET_HISTORY_HOURS "
+                "or shorten --quarantine-window / FAULTLINE_QUARANTINE_WINDOW"
+            )
+
+    def fleet(self) -> FleetSettings:
+        """The fleet fold's settings (app/core/fleet.py)."""
+        return FleetSettings(
+            threshold=self.quarantine_threshold,
+            window_seconds=parse_duration(self.quarantine_window),
+            history_hours=self.fleet_history_hours,
+        )
+
     def topic(self, logical: str) -> str:
         """The Kafka name of a logical topic (e.g. `k8s.pods`)."""
         return self.topic_prefix + logical
@@ -100,6 +171,18 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     @property
     def app_id(self) -> str:
         return self.topic_prefix + self.app_name
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> int:
+    """Seconds from `3600`, `90m`, `24h` or `1d`."""
+    match = _DURATION.match(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a duration: give seconds or a number with s, m, h or d (e.g. 24h)")
+    return round(float(match.group(1)) * _UNIT[match.group(2)])
 
 
 class SettingsError(ValueError):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import re
 import signal
 import sys
 from collections.abc import Iterable, Iterator
@@ -21,17 +20,16 @@ import msgspec
 
 from app.cli.offline import add_rules_option, finish_run, report_dead_letter, require_trace, rules_from_args
 from app.core.emit import Emit
-from app.core.fleet import FleetSettings, FleetSummary, PodEvidence, SourceRow
+from app.core.fleet import FleetSettings, FleetSummary, PodEvidence, SourceRow, attempt_pods
 from app.model.decode import decode_trace_line
 from app.model.envelope import TraceLine
 from app.model.records import DEAD_LETTER
 from app.replay.pipeline import Pipeline
 from app.replay.trace import encode_output, read_lines, replay
+from app.settings import parse_duration
 from app.web.view import LiveFleet
 
 _LINE = msgspec.json.Decoder(TraceLine)
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
-_UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -57,14 +55,6 @@ def _fleet_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--quarantine-threshold", type=int, default=None, metavar="N", help="critical faults that make a node or GPU a quarantine candidate (default 3)")
     group.add_argument("--quarantine-window", default=None, metavar="DURATION", help="sliding window of that count, e.g. 24h, 90m, 3600 (default 24h)")
     group.add_argument("--history-hours", type=int, default=None, metavar="H", help="hours of buckets kept (default 48)")
-
-
-def parse_duration(text: str) -> int:
-    """Seconds from `3600`, `90m`, `24h` or `1d`."""
-    match = _DURATION.match(text)
-    if match is None:
-        raise ValueError(f"{text!r} is not a duration: give seconds or a number with s, m, h or d (e.g. 24h)")
-    return round(float(match.group(1)) * _UNIT[match.group(2)])
 
 
 def fleet_settings(args: argparse.Namespace) -> FleetSettings:
@@ -99,13 +89,7 @@ def replay_counted(lines: Iterable[tuple[int, bytes]], pipeline: Pipeline, live:
 
 def pipeline_pods(pipeline: Pipeline, attempt_key: str) -> list[PodEvidence]:
     """The pods the embedded runner holds for an attempt (while its state is kept)."""
-    state = pipeline.attempts.get(attempt_key)
-    if state is None:
-        return []
-    return [
-        PodEvidence(pod.name, pod.uid, pod.node_name, pod.phase + (" (deleted)" if pod.deleted else ""))
-        for pod in state.pods.values()
-    ]
+    return attempt_pods(pipeline.attempts.get(attempt_key))
 
 
 # --- terminal tables ------------------------------------------------------------------------------

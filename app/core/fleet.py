@@ -28,6 +28,7 @@ from typing import Annotated
 
 import msgspec
 
+from app.core.attempt_stage import AttemptState
 from app.core.emit import Emit
 from app.model.fleet_records import (
     FAILURE_RATES,
@@ -866,6 +867,16 @@ class AttemptEvidence(msgspec.Struct, frozen=True):
     pods: list[PodEvidence]
     faults: list[Fault]  # by first_seen, then pod name, then Event
     verdicts: list[ClassifiedFailure]  # revisions, oldest first
+
+
+def attempt_pods(attempt: AttemptState | None) -> list[PodEvidence]:
+    """The pods the attempt stage holds for an attempt (while its state is kept)."""
+    if attempt is None:
+        return []
+    return [
+        PodEvidence(pod.name, pod.uid, pod.node_name, pod.phase + (" (deleted)" if pod.deleted else ""))
+        for pod in attempt.pods.values()
+    ]
 
 
 def evidence_of(state: FleetState, key: str, known_pods: Iterable[PodEvidence] = ()) -> AttemptEvidence | None:

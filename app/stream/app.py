@@ -9,8 +9,10 @@ import faust
 
 from app.core.rules import DEFAULT_RULES, Rules
 from app.settings import Settings
+from app.web.faust_mount import mount
 from app.stream.agents import Stages
-from app.stream.faust_fixes import seek_uncommitted_partitions_to_beginning
+from app.stream.fleet_stage import FleetStage
+from app.stream.faust_fixes import seek_uncommitted_partitions_to_beginning, short_fetch_wait_between_rebalances
 
 
 def build_app(settings: Settings, rules: Rules = DEFAULT_RULES) -> tuple[faust.App, Stages]:
@@ -28,6 +30,7 @@ def build_app(settings: Settings, rules: Rules = DEFAULT_RULES) -> tuple[faust.A
         key_serializer="raw",
         value_serializer="raw",
         consumer_auto_offset_reset="earliest",
+        consumer_max_fetch_size=settings.fetch_partition_bytes,
         processing_guarantee="at_least_once",
         producer_acks=-1,  # all in-sync replicas
         consumer_group_instance_id=settings.worker_id or None,
@@ -35,7 +38,12 @@ def build_app(settings: Settings, rules: Rules = DEFAULT_RULES) -> tuple[faust.A
         web_port=settings.web_port or 6066,
         autodiscover=False,
     )
-    return app, Stages(app, settings, rules)
+    short_fetch_wait_between_rebalances(app, settings.fetch_wait_ms)
+    stages = Stages(app, settings, rules)
+    fleet = FleetStage(stages, settings.fleet(), run=settings.fleet_stage)
+    if settings.web_port != 0:
+        mount(app, fleet)  # the fleet page under /fleet/, Prometheus /metrics
+    return app, stages
 
 
 def run_worker(settings: Settings, rules: Rules = DEFAULT_RULES) -> int:

@@ -77,7 +77,7 @@ def entry_decoder(state_type: type) -> msgspec.json.Decoder:
     return msgspec.json.Decoder(Entry[state_type])  # type: ignore[valid-type]
 
 
-def dead_letter(topic: str, key: bytes | None, partition: int, offset: int, reason: str, value: bytes | None) -> DeadLetter:
+def dead_letter_of(topic: str, key: bytes | None, partition: int, offset: int, reason: str, value: bytes | None) -> DeadLetter:
     """SPEC R11.1: where the bad record is (its Kafka topic, partition and offset) and why."""
     return DeadLetter(
         topic=topic,

@@ -1,7 +1,10 @@
 """A Faust table holding one stage's core state per key, with its expiry (SPEC R7.4).
 
-Values are `codecs.Entry` JSON bytes: decoded on every read, written back after every
-fold (a Faust table persists on assignment only). Stream time is kept per table
+Values are `codecs.Entry` JSON bytes, decoded on every read. A fold's new value is held
+in `pending` until its batch's outputs are acknowledged (delivery.py), and
+reads see it there first; `flush` then writes it to the store and the changelog.
+Decoding from bytes on every read keeps the stored value intact if a fold raises half
+way through mutating its state. Stream time is kept per table
 partition: the latest `observed_at` folded into that partition. A worker that replays a
 backlog reads its partitions at different speeds, so one worker-wide maximum would let a
 fast partition expire the state of a slow one before that one's own records arrive.
@@ -10,6 +13,7 @@ fast partition expire the state of a slow one before that one's own records arri
 from __future__ import annotations
 
 import logging
+import zlib
 from collections.abc import Callable
 from datetime import datetime
 from typing import Generic, TypeVar
@@ -17,7 +21,10 @@ from typing import Generic, TypeVar
 import faust
 import msgspec
 
-from app.stream.codecs import Entry, Origin, encode, entry_decoder
+from faust.streams import current_event
+
+from app.stream.codecs import Entry, Origin, Position, encode, entry_decoder
+from app.stream.faust_fixes import as_current_event
 
 S = TypeVar("S")
 
@@ -25,26 +32,58 @@ log = logging.getLogger("faultline.stream")
 
 
 class StateTable(Generic[S]):
-    def __init__(self, table: faust.Table, state_type: type, expired: Callable[[S, datetime], bool]) -> None:
+    def __init__(
+        self, table: faust.Table, state_type: type, expired: Callable[[S, datetime], bool], *, compressed: bool = False
+    ) -> None:
+        """`compressed`: values are zlib-compressed JSON (for a state that is one large
+        value: a changelog record must stay under the broker's message size limit)."""
         self.table = table
+        self._compressed = compressed
         self._decoder = entry_decoder(state_type)
         self._expired = expired
         self.stream_time: dict[int, datetime] = {}
+        # Folded but not yet written: key -> (the event folded last, encoded Entry).
+        self.pending: dict[bytes, tuple[faust.types.EventT, bytes]] = {}
 
     @property
     def name(self) -> str:
         return self.table.name
 
     def get(self, key: str) -> Entry[S] | None:
-        raw = self.table.get(key.encode())
-        return self._decoder.decode(raw) if raw is not None else None
+        raw_key = key.encode()
+        pending = self.pending.get(raw_key)
+        raw = pending[1] if pending is not None else self.table.get(raw_key)
+        return self._load(raw) if raw is not None else None
 
-    def put(self, key: str, previous: Entry[S] | None, partition: int, origin: Origin, state: S) -> None:
-        """Store `state` as the fold of `origin` into `previous`. Call only from the agent
-        processing `origin` (Faust writes the changelog to that event's partition)."""
+    def put(self, key: str, previous: Entry[S] | None, origin: Origin, state: S) -> None:
+        """Hold `state`, the fold of `origin` into `previous`, until `flush`. Call from
+        the agent folding `origin`: its current event names the table partition."""
+        event = current_event()
+        if event is None:
+            raise RuntimeError(f"table {self.name}: put outside of the agent folding {origin.header()!r}")
         positions = dict(previous.positions) if previous is not None else {}
         positions[origin.stream] = origin.position
-        self.table[key.encode()] = encode(Entry(partition=partition, positions=positions, state=state))
+        self.hold(key, event, positions, state)
+
+    def hold(self, key: str, event: faust.types.EventT, positions: dict[str, Position], state: S) -> None:
+        """Hold `state`, reflecting `positions`, until `flush`; `event` (the last record
+        folded into it) names the table partition."""
+        partition = event.message.partition
+        raw = encode(Entry(partition=partition, positions=positions, state=state))
+        self.pending[key.encode()] = (event, zlib.compress(raw, 1) if self._compressed else raw)
+
+    def _load(self, raw: bytes) -> Entry[S]:
+        return self._decoder.decode(zlib.decompress(raw) if self._compressed else raw)
+
+    def flush(self) -> int:
+        """Write every held value to the store and its changelog partition."""
+        written = len(self.pending)
+        for raw_key, (event, raw) in self.pending.items():
+            # Faust's stores pick the partition (RocksDB: one database each) from the current event.
+            with as_current_event(event):
+                self.table[raw_key] = raw
+        self.pending.clear()
+        return written
 
     def advance(self, partition: int, at: datetime) -> None:
         known = self.stream_time.get(partition)
@@ -58,9 +97,11 @@ class StateTable(Generic[S]):
             return 0
         expired: list[tuple[bytes, int]] = []
         for key, raw in list(self.table.data.items()):
+            if key in self.pending:  # folded since it was stored: judged after its flush
+                continue
             try:
-                entry = self._decoder.decode(raw)
-            except msgspec.DecodeError:
+                entry = self._load(raw)
+            except (msgspec.DecodeError, zlib.error):
                 log.warning("table %s: undecodable entry for key %r left in place", self.name, key)
                 continue
             now = self.stream_time.get(entry.partition)
@@ -68,5 +109,5 @@ class StateTable(Generic[S]):
                 expired.append((key, entry.partition))
         for key, partition in expired:
             del self.table.data[key]
-            self.table.send_changelog(partition, key, None, value_serializer="raw")
+            self.table.send_changelog(partition, key, None, key_serializer="raw", value_serializer="raw")
         return len(expired)

@@ -20,12 +20,16 @@ from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from app.model.envelope import SOURCE_TOPICS
 from app.model.facts import ATTEMPT_FACTS
+from app.model.fleet_records import DERIVED_TOPICS, QUARANTINE_CANDIDATES
 from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, FAULTS, GANG_TRANSITIONS
 from app.settings import Settings
 
 # Internal re-key topic: k8s.jobs (JobSets) and k8s.workloads -> the gang stage, keyed by
 # JobSet (DESIGN.md). Its records are the source envelopes, unchanged.
 GANG_INPUTS = "faultline.gang-inputs"
+# Internal re-key topic: the output records -> the fleet stage (fleet_stage.py). One
+# partition: the fleet fold is over the whole fleet.
+FLEET_INPUTS = "faultline.fleet-inputs"
 
 Role = Literal["source", "output", "internal"]
 
@@ -34,10 +38,14 @@ class TopicSpec(msgspec.Struct, frozen=True):
     logical: str
     role: Role
     config: dict[str, str] = {}
+    partitions: int | None = None  # fixed; None: the `partitions` setting
 
     @property
     def co_partitioned(self) -> bool:
-        return self.role != "output"
+        return self.role != "output" and self.partitions is None
+
+    def partition_count(self, settings: Settings) -> int:
+        return self.partitions or settings.partitions
 
 
 TOPICS: tuple[TopicSpec, ...] = (
@@ -49,6 +57,10 @@ TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(DEAD_LETTER, "output"),
     TopicSpec(ATTEMPT_FACTS, "internal"),
     TopicSpec(GANG_INPUTS, "internal"),
+    TopicSpec(FLEET_INPUTS, "internal", partitions=1),
+    # Derived records are re-emitted whole when they change: the latest per key is current.
+    *(TopicSpec(name, "output", {"cleanup.policy": "compact,delete"}) for name in DERIVED_TOPICS if name != QUARANTINE_CANDIDATES),
+    TopicSpec(QUARANTINE_CANDIDATES, "output", {"cleanup.policy": "compact"}),
 )
 
 
@@ -90,6 +102,10 @@ def _mismatch(spec: TopicSpec, name: str, found: int, settings: Settings) -> str
     )
 
 
+def _fixed_mismatch(spec: TopicSpec, name: str, found: int) -> str:
+    return f"topic {name} has {found} partitions but must have {spec.partitions}: delete and recreate it with `faultline topics create`"
+
+
 def create_topics(settings: Settings) -> list[str]:
     """Create the missing topics; one line per topic saying what happened. Idempotent:
     existing topics are kept, but a co-partitioned one with the wrong partition count is
@@ -103,7 +119,7 @@ def create_topics(settings: Settings) -> list[str]:
         if missing:
             request = {
                 names[spec.logical]: {
-                    "num_partitions": settings.partitions,
+                    "num_partitions": spec.partition_count(settings),
                     "replication_factor": settings.replication,
                     "configs": dict(spec.config),
                 }
@@ -129,6 +145,8 @@ def create_topics(settings: Settings) -> list[str]:
             lines.append(f"{verb} {name:<45} {found} partitions  {spec.role}{'  ' + config if config else ''}")
             if spec.co_partitioned and found != settings.partitions:
                 problems.append(_mismatch(spec, name, found, settings))
+            elif spec.partitions is not None and found != spec.partitions:
+                problems.append(_fixed_mismatch(spec, name, found))
         problems += _config_drift(admin, names, created)
     if problems:
         raise TopicError("\n".join([*lines, *problems]))
@@ -170,6 +188,8 @@ def check_topics(settings: Settings) -> None:
             problems.append(f"topic {name} does not exist")
         elif spec.co_partitioned and counts[name] != settings.partitions:
             problems.append(_mismatch(spec, name, counts[name], settings))
+        elif spec.partitions is not None and counts[name] != spec.partitions:
+            problems.append(_fixed_mismatch(spec, name, counts[name]))
     if problems:
         problems.append("run `faultline topics create` with the same --topic-prefix and --partitions first")
         raise TopicError("\n".join(problems))

@@ -76,7 +76,8 @@ def test_topics_create_is_idempotent_and_shapes_every_topic(stream_stack) -> Non
     try:
         names = [stream_stack.topic(spec.logical) for spec in TOPICS]
         described = {t["name"]: len(t["partitions"]) for t in admin.describe_topics(names)}
-        assert described == {name: stream_stack.partitions for name in names}
+        assert described == {stream_stack.topic(s.logical): s.partitions or stream_stack.partitions for s in TOPICS}
+        assert described[stream_stack.topic("faultline.fleet-inputs")] == 1  # the fleet fold is fleet-wide
         compacted = stream_stack.topic("faultline.classified-failures")
         configs = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, compacted)], config_filter="all")
         policy = configs["topic"][compacted]["cleanup.policy"]

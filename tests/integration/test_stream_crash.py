@@ -130,7 +130,7 @@ def _message(offset: int):
 def test_r7_3_an_agent_stops_the_worker_rather_than_skip_an_offset(committed, earliest, offsets, hole) -> None:
     import asyncio
 
-    from app.stream.agents import Continuity, DroppedRecords
+    from app.stream.delivery import Continuity, DroppedRecords
 
     continuity = Continuity(_FakeApp(earliest), "pod_stage", _FakeCommitted(committed))
 
@@ -148,7 +148,7 @@ def test_r7_3_an_agent_stops_the_worker_rather_than_skip_an_offset(committed, ea
 def test_r7_3_a_rebalance_starts_the_offset_check_over() -> None:
     import asyncio
 
-    from app.stream.agents import Continuity
+    from app.stream.delivery import Continuity
 
     app = _FakeApp()
     continuity = Continuity(app, "pod_stage", _FakeCommitted(None))

@@ -1,0 +1,328 @@
+"""How a stage's records are delivered: the machinery every agent shares, no rule.
+
+Delivery (at-least-once, SPEC R7.3, R11.1). Each agent folds its records in batches:
+  0. check that each record is the next offset of its partition (`Continuity`);
+  1. decode; a bad record becomes a dead letter and processing goes on;
+  2. if the key's entry (held or stored) already reflects this record's position, skip
+     it: it is a redelivery after a crash, and its outputs were written before its state;
+  3. fold from the latest state (a value held in this batch first), send every output
+     without waiting, and hold the new state in the table's `pending`;
+  4. at the end of the batch wait until Kafka has acknowledged every output sent;
+  5. only then write the held states (with their records' positions) to the table;
+  6. and only then ack the batch's events, which lets Faust commit their offsets.
+A batch ends when `batch_max` records are folded or no record is waiting, so an idle
+stream flushes at once and a busy one pays one acknowledgement round trip per batch
+instead of per record. A crash before 5 makes the whole batch fold again from the same
+states, and the folds are deterministic, so its outputs are repeated byte for byte. An
+error in 4 or 5 stops the worker before 6: nothing is acked, nothing is lost.
+
+Records sent to a re-key topic carry the position of the source record that caused
+them (header `faultline-origin`), so the next stage recognises repeats the same way.
+One agent per table: a fold's state is written after an `await`, so two agents folding
+into one table could lose an update. That is why k8s.pods and k8s.events (both keyed by
+pod uid, co-partitioned) feed one agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import faust
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from mode import CrashingSupervisor, Service
+
+from app.core.emit import Emit
+from app.model.records import DEAD_LETTER
+from app.settings import Settings
+from app.stream.codecs import ORIGIN_HEADER, Origin, Position, dead_letter_of, encode
+from app.stream.faust_fixes import forget_unacked
+from app.stream.tables import StateTable
+
+log = logging.getLogger("faultline.stream")
+
+RAW: dict[str, Any] = {"key_type": bytes, "value_type": bytes, "key_serializer": "raw", "value_serializer": "raw"}
+
+# Safety net for a batch left waiting while the agent waits for a record that does not
+# come (its queued records were dropped by a rebalance): Faust's rebalance waits for
+# every fetched record to be acked.
+IDLE_FLUSH_SECONDS = 0.05
+
+
+class Batch:
+    """One agent's records since its last flush: the outputs Kafka has not acknowledged
+    yet, the table values waiting on them (`StateTable.pending`), the events waiting on
+    both. Its lock keeps the idle flusher out of a record being folded."""
+
+    def __init__(
+        self,
+        stream: faust.StreamT,
+        table: StateTable[Any] | None,
+        before_flush: Callable[[Batch], Awaitable[None]] | None = None,
+        linger: float = 0.0,
+    ) -> None:
+        self.stream, self.table, self.before_flush, self.linger = stream, table, before_flush, linger
+        self.started = 0.0  # monotonic time of the batch's first event
+        self.sends: list[asyncio.Future[Any]] = []
+        self.events: list[faust.types.EventT] = []
+        self.lock = asyncio.Lock()
+
+    async def flush(self) -> None:
+        """Steps 4-6: acknowledged outputs, then state, then offsets."""
+        if self.before_flush is not None and self.events:
+            await self.before_flush(self)  # a stage that folds a whole batch at once
+        if self.sends:
+            await asyncio.gather(*self.sends)
+            self.sends.clear()
+        if self.table is not None:
+            self.table.flush()
+        for event in self.events:
+            await self.stream.ack(event)
+        self.events.clear()
+
+    def add(self, event: faust.types.EventT) -> None:
+        if not self.events:
+            self.started = time.monotonic()
+        self.events.append(event)
+
+    def lingered(self) -> bool:
+        """Old enough to flush (a stage with a costly flush waits `linger` seconds)."""
+        return time.monotonic() - self.started >= self.linger
+
+    def nothing_queued(self) -> bool:
+        queue = getattr(self.stream.channel, "queue", None)
+        return queue is None or queue.empty()
+
+
+class DroppedRecords(RuntimeError):
+    """Faust skipped records of a partition; the worker must stop and re-read them."""
+
+
+class CommittedOffsets(Service):
+    """The consumer group's committed offsets, read from Kafka (Faust's own view of them
+    is filled in only after its start-up seek, which agents may already be past)."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__()
+        self.settings = settings
+        self._consumer: AIOKafkaConsumer | None = None
+        self._starting = asyncio.Lock()
+
+    async def on_stop(self) -> None:
+        if self._consumer is not None:
+            await self._consumer.stop()
+
+    async def get(self, tp: Any) -> int | None:
+        async with self._starting:  # several agents ask at once at start-up
+            if self._consumer is None:
+                consumer = AIOKafkaConsumer(
+                    bootstrap_servers=self.settings.bootstrap.split(","), group_id=self.settings.app_id, enable_auto_commit=False
+                )
+                await consumer.start()
+                self._consumer = consumer
+        return await self._consumer.committed(TopicPartition(tp.topic, tp.partition))
+
+
+class Continuity:
+    """Each agent must see every offset of each input partition in order.
+
+    Faust (0.15) can drop records it had already fetched and rely on a seek back to the
+    committed offset to deliver them again (see `faust_fixes`, which closes the case seen
+    here). Processing a later record first would record its position, and the dropped
+    one, redelivered after a restart, would be skipped as already applied. So a hole
+    stops the worker (the agents run under `CrashingSupervisor`); the restart re-reads
+    from the last committed offset, which is never past an unprocessed record.
+    """
+
+    def __init__(self, app: faust.App, agent: str, committed: CommittedOffsets) -> None:
+        self.app, self.agent, self.committed = app, agent, committed
+        self.next: dict[Any, int] = {}
+        self.generation: int | None = None
+
+    async def check(self, message: faust.types.Message) -> None:
+        if self.app.consumer_generation_id != self.generation:  # a rebalance: start over
+            self.generation, self.next = self.app.consumer_generation_id, {}
+        tp = message.tp
+        expected = self.next.get(tp)
+        if expected is None:  # the first record of this partition since (re)assignment
+            committed = await self.committed.get(tp)
+            earliest = (await self.app.consumer.earliest_offsets(tp)).get(tp) or 0
+            # Records the broker deleted (retention) while nothing read them are no hole.
+            expected = earliest if committed is None else max(committed, earliest)
+        if message.offset > expected:
+            log.error(
+                "%s: records %s[%d] %d..%d were dropped before processing (a Faust fetch race); "
+                "stopping so that a restart re-reads them from the committed offset",
+                self.agent, tp.topic, tp.partition, expected, message.offset - 1,
+            )
+            raise DroppedRecords(f"{tp.topic}[{tp.partition}]: offsets {expected}..{message.offset - 1} never reached {self.agent}")
+        self.next[tp] = max(expected, message.offset + 1)
+
+
+class Delivery:
+    """The output topics, the counters and the delivery steps of one Faust app's agents."""
+
+    def __init__(self, app: faust.App, settings: Settings) -> None:
+        self.app, self.settings = app, settings
+        self.counts: Counter[str] = Counter()
+        self.records: Counter[str] = Counter()  # input records read, by logical topic
+        self.logical: dict[str, str] = {}  # Kafka topic name -> logical name
+        self.committed = CommittedOffsets(settings)
+        app.add_dependency(self.committed)
+        self.out: dict[str, faust.TopicT] = {}
+        self.rekey: set[str] = set()
+
+    def output(self, logical: str, *, partitions: int | None = None, rekey: bool = False) -> None:
+        """A topic the agents write. Records sent to a re-key topic carry their origin."""
+        name = self.settings.topic(logical)
+        self.logical[name] = logical
+        self.out[logical] = self.app.topic(name, partitions=partitions or self.settings.partitions, **RAW)
+        if rekey:
+            self.rekey.add(logical)
+
+    def source(self, *logical: str, partitions: int | None = None) -> faust.TopicT:
+        names = [self.settings.topic(name) for name in logical]
+        self.logical.update(zip(names, logical, strict=True))
+        return self.app.topic(*names, partitions=partitions or self.settings.partitions, **RAW)
+
+    def table(self, name: str, partitions: int | None = None) -> faust.Table:
+        # bytes key and value types make Faust use the raw codec for the table and its changelog.
+        return self.app.Table(
+            name, default=None, partitions=partitions or self.settings.partitions, key_type=bytes, value_type=bytes
+        )
+
+    def register(
+        self,
+        topic: faust.TopicT,
+        name: str,
+        handle: Callable[[faust.types.Message, Batch], Any],
+        table: StateTable[Any] | None = None,
+        before_flush: Callable[[Batch], Awaitable[None]] | None = None,
+        linger: float = 0.0,
+    ) -> None:
+        """An agent running `handle` on every record of `topic`, in batches (and
+        `before_flush` at the end of each, for a stage that folds a batch at once; such a
+        stage may `linger`: keep its batch open that many seconds for more records).
+
+        It runs under `CrashingSupervisor`: an agent that raises (a send Kafka could not
+        complete, a store error) must stop the worker, not be restarted in place. Faust's
+        default supervisor would restart it on the *next* record, and the failed batch,
+        never acked, would be skipped later as "applied" once a successor's position is
+        stored. Crashing makes the restart redeliver from the last committed offset."""
+        self.app.agent(topic, name=name, supervisor_strategy=CrashingSupervisor)(self._body(name, handle, table, before_flush, linger))
+
+    def _body(
+        self,
+        name: str,
+        handle: Callable[[faust.types.Message, Batch], Any],
+        table: StateTable[Any] | None,
+        before_flush: Callable[[Batch], Awaitable[None]] | None,
+        linger: float,
+    ) -> Callable[[faust.StreamT], Any]:
+        continuity = Continuity(self.app, name, self.committed)
+        limit = self.settings.batch_max
+
+        async def agent(stream: faust.StreamT) -> None:
+            batch = Batch(stream.noack(), table, before_flush, linger)  # events are acked by Batch.flush only
+            idle = asyncio.ensure_future(self._flush_when_idle(batch))
+            try:
+                async for event in batch.stream.events():
+                    async with batch.lock:
+                        await continuity.check(event.message)
+                        self.records[self.logical.get(event.message.topic, event.message.topic)] += 1
+                        await handle(event.message, batch)
+                        batch.add(event)
+                        if len(batch.events) >= limit or (batch.nothing_queued() and batch.lingered()):
+                            await self.flush(batch)
+            finally:
+                idle.cancel()
+                if batch.events:  # stopping with a batch unwritten: it must be delivered again
+                    forget_unacked(self.app, batch.events)
+
+        agent.__name__ = agent.__qualname__ = name  # Faust labels agents by function name
+        return agent
+
+    async def flush(self, batch: Batch) -> None:
+        self.counts["batches"] += 1
+        await batch.flush()
+
+    async def _flush_when_idle(self, batch: Batch) -> None:
+        while True:
+            await asyncio.sleep(IDLE_FLUSH_SECONDS)
+            if not batch.events or batch.lock.locked() or not batch.lingered():
+                continue
+            async with batch.lock:
+                try:
+                    await self.flush(batch)
+                except Exception as exc:  # the worker must stop with the batch unacked
+                    await self.app.crash(exc)
+                    return
+
+    async def send(self, emits: list[Emit], origin: Origin, batch: Batch) -> None:
+        """Send every output; the batch waits for Kafka's acknowledgements (step 4)."""
+        for index, emit in enumerate(emits):
+            headers = None
+            if emit.topic in self.rekey:
+                tagged = Origin(origin.topic, origin.partition, Position(origin.position.offset, index))
+                headers = [(ORIGIN_HEADER, tagged.header())]
+            value = emit.value if isinstance(emit.value, bytes) else encode(emit.value)
+            batch.sends.append(await self.out[emit.topic].send(key=emit.key.encode(), value=value, headers=headers))
+        self.counts["outputs"] += len(emits)
+
+    async def dead_letter(self, message: faust.types.Message, reason: str, batch: Batch) -> None:
+        self.counts["dead_letters"] += 1
+        letter = dead_letter_of(message.topic, message.key, message.partition, message.offset, reason, message.value)
+        await self.send([Emit(DEAD_LETTER, letter.key or "", letter)], origin_of(message), batch)
+
+    async def fold(
+        self, message: faust.types.Message, fold: Callable[[], tuple[Any, list[Emit]]], batch: Batch
+    ) -> tuple[Any, list[Emit]] | None:
+        """Run a pure fold; a fold that raises is a bug, reported as a dead letter so the
+        stream goes on (SPEC R11.1) and logged with its traceback."""
+        try:
+            return fold()
+        except Exception as exc:  # any core failure must not stop the worker
+            log.exception("fold failed on %s[%d]@%d", message.topic, message.partition, message.offset)
+            await self.dead_letter(message, f"internal error: {type(exc).__name__}: {exc}", batch)
+            return None
+
+    async def fold_keyed(
+        self,
+        table: StateTable[Any],
+        key: str,
+        message: faust.types.Message,
+        origin: Origin,
+        fold: Callable[[Any], tuple[Any, list[Emit]]],
+        batch: Batch,
+    ) -> None:
+        entry = table.get(key)
+        if entry is not None and entry.applied(origin):
+            self.counts["redelivered"] += 1  # step 2: a repeat after a crash
+            return
+        result = await self.fold(message, lambda: fold(entry.state if entry is not None else None), batch)
+        if result is None:
+            return
+        state, emits = result
+        await self.send(emits, origin, batch)
+        if state is not None:
+            table.put(key, entry, origin, state)
+
+
+
+def origin_of(message: faust.types.Message) -> Origin:
+    return Origin(message.topic, message.partition, Position(message.offset))
+
+
+def upstream_origin(message: faust.types.Message) -> Origin:
+    """The source record a re-keyed record came from (its header), else its own position."""
+    headers = message.headers or ()
+    for name, value in headers.items() if isinstance(headers, Mapping) else headers:
+        if name == ORIGIN_HEADER and value is not None:
+            origin = Origin.from_header(bytes(value))
+            if origin is not None:
+                return origin
+    return origin_of(message)
