@@ -7,7 +7,7 @@ Kafka topics:
                                                                       attempt-facts (by attempt key)
     k8s.jobs --(job uid)--> route_job (stateless) ------------------> attempt-facts,
                                                                       gang-inputs (by JobSet)
-    k8s.workloads --(workload uid)--> re-key -----------------------> gang-inputs
+    k8s.workloads --(workload uid)--> re-key (same agent) ----------> gang-inputs
     attempt-facts --(attempt key)--> attempt stage [table attempts] -> classified-failures
     gang-inputs --(JobSet)--> gang stage [table gangs] -------------> gang-transitions
 
@@ -91,8 +91,11 @@ class Stages:
     def _register(self) -> None:
         d = self.delivery
         d.register(d.source(PODS, EVENTS), "pod_stage", self.on_pod_record, self.pods)
-        d.register(d.source(JOBS), "job_router", self.on_job_record)
-        d.register(d.source(WORKLOADS), "workload_router", self.on_workload_record)
+        # JobSets and Workloads through one agent: both reach the gang stage in the order one
+        # fetch loop interleaves them. Two agents, each at its own speed, let k8s.jobs run
+        # ahead of k8s.workloads, and a suspended JobSet seen twice with no Workload yet
+        # ends its gang (R9.7, gang.py: "no Workload ever seen").
+        d.register(d.source(JOBS, WORKLOADS), "job_router", self.on_job_or_workload)
         d.register(d.source(ATTEMPT_FACTS), "attempt_stage", self.on_attempt_fact, self.attempts)
         d.register(d.source(GANG_INPUTS), "gang_stage", self.on_gang_input, self.gangs)
         self.app.timer(self.settings.sweep_interval, name="faultline-expiry")(self.sweep)
@@ -144,6 +147,12 @@ class Stages:
             self.pods, uid, message, origin_of(message),
             lambda state: fold_event(state, change, at, cluster, obj, rules), batch,
         )
+
+    async def on_job_or_workload(self, message: faust.types.Message, batch: Batch) -> None:
+        if self.delivery.logical[message.topic] == JOBS:
+            await self.on_job_record(message, batch)
+        else:
+            await self.on_workload_record(message, batch)
 
     async def on_job_record(self, message: faust.types.Message, batch: Batch) -> None:
         decoded = await self._decode(message, batch)
