@@ -11,13 +11,9 @@ Kafka topics:
     attempt-facts --(attempt key)--> attempt stage [table attempts] -> classified-failures
     gang-inputs --(JobSet)--> gang stage [table gangs] -------------> gang-transitions
 
-Delivery (batches, at-least-once, redelivery recognised by position): delivery.py.
-
-Records sent to a re-key topic carry the position of the source record that caused
-them (header `faultline-origin`), so the next stage recognises repeats the same way.
-One agent per table: a fold's state is written after an `await`, so two agents folding
-into one table could lose an update. That is why k8s.pods and k8s.events (both keyed by
-pod uid, co-partitioned) feed one agent.
+Delivery (batches, at-least-once, redelivery recognised by position, one agent per
+table): delivery.py. That is why k8s.pods and k8s.events (both keyed by pod uid,
+co-partitioned) feed one agent.
 """
 
 from __future__ import annotations

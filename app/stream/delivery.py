@@ -19,8 +19,7 @@ error in 4 or 5 stops the worker before 6: nothing is acked, nothing is lost.
 Records sent to a re-key topic carry the position of the source record that caused
 them (header `faultline-origin`), so the next stage recognises repeats the same way.
 One agent per table: a fold's state is written after an `await`, so two agents folding
-into one table could lose an update. That is why k8s.pods and k8s.events (both keyed by
-pod uid, co-partitioned) feed one agent.
+into one table could lose an update.
 """
 
 from __future__ import annotations
