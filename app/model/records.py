@@ -133,3 +133,7 @@ class GangTransition(_Record, tag="faultline.GangTransition/v1", tag_field="sche
     at: Timestamp
     waited_seconds: float | None
     rules_version: str
+
+
+# Any record on the output topics, told apart by its `schema` tag.
+OutputRecord = Fault | ClassifiedFailure | GangTransition | DeadLetter

@@ -24,16 +24,7 @@ from faust.streams import current_event
 
 from app.core.emit import Emit
 from app.core.fleet import FleetSettings, FleetState, PodEvidence, attempt_pods, fold_fleet
-from app.model.records import (
-    CLASSIFIED_FAILURES,
-    DEAD_LETTER,
-    FAULTS,
-    GANG_TRANSITIONS,
-    ClassifiedFailure,
-    DeadLetter,
-    Fault,
-    GangTransition,
-)
+from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, FAULTS, GANG_TRANSITIONS, OutputRecord
 from app.model.fleet_records import DERIVED_TOPICS
 from app.stream.agents import Stages
 from app.stream.codecs import Origin, Position, encode
@@ -79,7 +70,7 @@ class FleetInputRecord(msgspec.Struct, frozen=True):
 
 
 _FLEET_INPUT = msgspec.json.Decoder(FleetInputRecord)
-_OUTPUT_RECORD = msgspec.json.Decoder(Fault | ClassifiedFailure | GangTransition | DeadLetter)
+_OUTPUT_RECORD = msgspec.json.Decoder(OutputRecord)
 
 
 class FleetStage:
