@@ -31,7 +31,7 @@ def _best_of(runs: int, fn) -> float:
 
 def state_bytes(pipeline: Pipeline) -> int:
     encode = msgspec.msgpack.encode
-    return sum(len(encode(s)) for s in pipeline.pods.values()) + sum(len(encode(s)) for s in pipeline.attempts.values())
+    return sum(len(encode(s)) for s in pipeline.states["pods"].values()) + sum(len(encode(s)) for s in pipeline.states["attempts"].values())
 
 
 def main() -> None:
@@ -72,9 +72,9 @@ def main() -> None:
     for i, (topic, key, value) in enumerate(trace, 1):
         pipeline.feed(topic, key, value)
         if i % every == 0:
-            pods = sum(1 for s in pipeline.pods.values() if s.pod is not None)
+            pods = sum(1 for s in pipeline.states["pods"].values() if s.pod is not None)
             size = state_bytes(pipeline)
-            samples.append((i, pods, len(pipeline.attempts), size))
+            samples.append((i, pods, len(pipeline.states["attempts"]), size))
             if pods:
                 peak_per_pod = max(peak_per_pod, size / pods)
     first_half = max(s[3] for s in samples[: len(samples) // 2] or samples)

@@ -33,9 +33,9 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.structs import TopicPartition as SyncTopicPartition
 
 from app.model.envelope import SOURCE_TOPICS
-from app.model.facts import ATTEMPT_FACTS
+from app.model.facts import ATTEMPT_FACTS, GANG_INPUTS
 from app.settings import load
-from app.stream.topics import GANG_INPUTS, create_topics
+from app.stream.topics import create_topics
 from bench.broker import kafka
 from bench.tracegen import generate
 

@@ -21,15 +21,12 @@ import msgspec
 from app.cli.offline import add_rules_option, finish_run, report_dead_letter, require_trace, rules_from_args
 from app.core.emit import Emit
 from app.core.fleet import FleetSettings, FleetSummary, PodEvidence, SourceRow, attempt_pods
-from app.model.decode import decode_trace_line
-from app.model.envelope import TraceLine
 from app.model.records import DEAD_LETTER
 from app.replay.pipeline import Pipeline
 from app.replay.trace import encode_output, read_lines, replay
 from app.settings import parse_duration
-from app.web.view import LiveFleet
+from app.core.fleet_view import LiveFleet
 
-_LINE = msgspec.json.Decoder(TraceLine)
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -73,23 +70,12 @@ def fleet_settings(args: argparse.Namespace) -> FleetSettings:
 
 def replay_counted(lines: Iterable[tuple[int, bytes]], pipeline: Pipeline, live: LiveFleet) -> Iterator[Emit]:
     """`replay`, counting input records per topic for /metrics."""
-    for number, line in lines:
-        fast = decode_trace_line(line)
-        if fast is not None:
-            live.count_input(fast.topic)
-            yield from pipeline.feed_decoded(fast.topic, fast.value)
-            continue
-        try:
-            topic = _LINE.decode(line).topic
-        except msgspec.DecodeError:
-            topic = "(not a trace record)"
-        live.count_input(topic)
-        yield from replay([(number, line)], pipeline)
+    return replay(lines, pipeline, seen=live.count_input)
 
 
 def pipeline_pods(pipeline: Pipeline, attempt_key: str) -> list[PodEvidence]:
     """The pods the embedded runner holds for an attempt (while its state is kept)."""
-    return attempt_pods(pipeline.attempts.get(attempt_key))
+    return attempt_pods(pipeline.states["attempts"].get(attempt_key))
 
 
 # --- terminal tables ------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from app.replay.diff import Diff, diff, final_verdicts
 from app.replay.pipeline import Pipeline
 from app.replay.trace import OutputLine, encode_output, read_lines, replay
 from app.rulefile import RuleFileError, load_rules, rules_document
-from app.web.view import LiveFleet
+from app.core.fleet_view import LiveFleet
 
 
 def register(commands: argparse._SubParsersAction) -> None:

@@ -93,10 +93,14 @@ def run_worker(args: argparse.Namespace) -> int:
         return _fail(f"{exc} (setting rules: --rules / FAULTLINE_RULES)", 2)
     except TopicError as exc:
         return _fail(str(exc))
-    from app.stream.app import run_worker as run  # imports Faust: only here
+    from app.stream.app import build_app, run_worker as run  # imports Faust: only here
+    from app.web.faust_mount import mount
 
+    app, _, fleet = build_app(settings, rules)
+    if settings.web_port != 0:
+        mount(app, fleet)  # the fleet page under /fleet/, Prometheus /metrics
     print(f"faultline: worker {settings.app_id} with rules {rules.version}", file=sys.stderr, flush=True)
-    return run(settings, rules)
+    return run(app, settings)
 
 
 _LINE = msgspec.json.Decoder(TraceLine)

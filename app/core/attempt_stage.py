@@ -30,7 +30,9 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 RESTART_FAILURE_CODE = "Unknown"
 
 
-class AttemptState(msgspec.Struct):
+class AttemptState(msgspec.Struct, frozen=True):
+    """One attempt's state; folds return a new one (see PodState)."""
+
     key: str
     last_activity: datetime
     job: JobFacts | None = None
@@ -165,19 +167,22 @@ def _record(key: str, verdict: _Verdict, revision: int, rules: Rules) -> Classif
 # --- the fold ------------------------------------------------------------------------------
 
 
-def _absorb(state: AttemptState, fact: AttemptFact) -> None:
+def _absorb(state: AttemptState, fact: AttemptFact) -> AttemptState:
+    last_activity = max(state.last_activity, fact.observed_at)
     if isinstance(fact, PodFacts):
-        state.pods[fact.uid] = fact
-        return
+        return msgspec.structs.replace(state, pods={**state.pods, fact.uid: fact}, last_activity=last_activity)
     previous = state.job
-    if fact.failure is not None and (previous is None or previous.failure is None):
-        if state.job_failed_seen_at is None:
-            state.job_failed_seen_at = fact.observed_at
+    failed_seen_at = state.job_failed_seen_at
+    if fact.failure is not None and (previous is None or previous.failure is None) and failed_seen_at is None:
+        failed_seen_at = fact.observed_at
+    restart_seen_at = state.restart_seen_at
     last_restarts = previous.restarts if previous is not None else 0
-    for generation in range(last_restarts, fact.restarts):
+    if fact.restarts > last_restarts:
         # R8.1: generation N died when restarts first passed N, without the JobSet failing.
-        state.restart_seen_at.setdefault(generation, fact.observed_at)
-    state.job = fact
+        restart_seen_at = {g: fact.observed_at for g in range(last_restarts, fact.restarts)} | restart_seen_at
+    return msgspec.structs.replace(
+        state, job=fact, job_failed_seen_at=failed_seen_at, restart_seen_at=restart_seen_at, last_activity=last_activity
+    )
 
 
 def _may_have_failed(state: AttemptState) -> bool:
@@ -192,8 +197,7 @@ def fold_attempt(
 ) -> tuple[AttemptState, list[Emit]]:
     if state is None:
         state = AttemptState(key=key, last_activity=fact.observed_at)
-    _absorb(state, fact)
-    state.last_activity = max(state.last_activity, fact.observed_at)
+    state = _absorb(state, fact)
     if not _may_have_failed(state):
         return state, []
     verdicts = verdicts_of(state, rules)
@@ -204,8 +208,7 @@ def fold_attempt(
     record = _record(key, verdicts[-1], revision, rules)
     if last is not None and msgspec.structs.replace(last, revision=revision) == record:
         return state, []  # R7.2: an identical recomputation emits nothing
-    state.emitted = record
-    return state, [Emit(CLASSIFIED_FAILURES, key, record)]
+    return msgspec.structs.replace(state, emitted=record), [Emit(CLASSIFIED_FAILURES, key, record)]
 
 
 def attempt_expired(state: AttemptState, stream_time: datetime, rules: Rules) -> bool:

@@ -30,29 +30,27 @@ import msgspec
 
 from app.core.attempt_stage import AttemptState
 from app.core.emit import Emit
+from app.core.kueue import PREEMPTION
 from app.model.fleet_records import (
     FAILURE_RATES,
     GPU_FAULT_RATES,
     NODE_FAULT_RATES,
     PREEMPTION_WAITS,
     QUARANTINE_CANDIDATES,
+    CandidateState,
     FailureRate,
     GpuFaultRate,
     NodeFaultRate,
     PreemptionWait,
-    CandidateState,
     QuarantineCandidate,
     Scope,
     XidCount,
 )
-from app.model.records import ClassifiedFailure, DeadLetter, ErrorKind, Fault, GangTransition, GpuFault
+from app.model.records import GANG_EVICTED, ClassifiedFailure, DeadLetter, ErrorKind, Fault, GangTransition, GpuFault
+from app.model.records import WAITING_FOR_READMISSION as WAITING
 
 UNKNOWN_NODE = "unknown-node"  # a fault whose message named no node
 SEVERITIES = ("USER", "WARN", "CRITICAL")
-# SPEC R9.4, R9.6b: the gang state that waits, the ending code and a preemption's reason text.
-WAITING = "WaitingForReadmission"
-GANG_EVICTED = "GangEvicted"
-PREEMPTED_REASON = "gang evicted by kueue (Preempted"
 QUARANTINE_LOG = 50  # quarantine records kept for the page
 REVISIONS_KEPT = 20  # verdict revisions kept per attempt for its evidence
 
@@ -517,7 +515,8 @@ def _on_transition(state: FleetState, key: str, t: GangTransition, settings: Fle
     else:
         state.waiting.pop(t.key, None)
     evicted = t.to == WAITING or (t.code == GANG_EVICTED and t.from_ != WAITING)
-    preempted = t.to == WAITING or (evicted and t.reason.startswith(PREEMPTED_REASON))  # R9.4: only a preemption waits
+    # R9.4: only a preemption waits; with the policy off it ends the attempt at once.
+    preempted = t.to == WAITING or (evicted and t.cause is not None and t.cause.reason == PREEMPTION)
     readmitted = t.from_ == WAITING and t.to == "Running"
     if not (evicted or readmitted):
         return []

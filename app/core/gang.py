@@ -65,11 +65,12 @@ import msgspec
 from app.core import kueue
 from app.core.emit import Emit
 from app.core.rules import Rules
+from app.model.decode import TypedEnvelope
 from app.model.envelope import ChangeType
+from app.model.facts import GANG_INPUTS, GangInput
 from app.model.k8s import Condition, Job, Timestamp, Workload
-from app.model.records import GANG_TRANSITIONS, GangState, GangTransition, PodRef, Retry
+from app.model.records import GANG_EVICTED, GANG_TRANSITIONS, EvictionCause, GangState, GangTransition, PodRef, Retry
 
-GANG_EVICTED = "GangEvicted"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 TERMINAL: frozenset[GangState] = frozenset({"Ended", "Completed"})
 
@@ -82,26 +83,6 @@ JOBSET_KIND = "JobSet"
 COMPLETED = "Completed"
 FAILED = "Failed"
 SUSPENDED = "Suspended"
-
-
-# --- Input ---------------------------------------------------------------------------
-
-
-class GangInput(msgspec.Struct, frozen=True, gc=False):
-    """One source record for the gang fold: a JobSet or a Workload, never both."""
-
-    change: ChangeType
-    observed_at: Timestamp
-    cluster: str
-    jobset: Job | None = None
-    workload: Workload | None = None
-
-    def __post_init__(self) -> None:
-        if (self.jobset is None) == (self.workload is None):
-            raise ValueError(
-                "GangInput needs exactly one of jobset or workload, got "
-                f"jobset={self.jobset is not None} workload={self.workload is not None}"
-            )
 
 
 # --- State ---------------------------------------------------------------------------
@@ -230,6 +211,7 @@ class Status(msgspec.Struct, frozen=True, gc=False):
     at: Timestamp
     code: str | None = None
     retry: Retry | None = None
+    cause: EvictionCause | None = None
     waited_seconds: float | None = None
 
     def same_as(self, other: Status) -> bool:
@@ -265,7 +247,23 @@ def gang_key(cluster: str, obj: Job | Workload) -> str | None:
     return f"{cluster}/{uid}" if uid else None
 
 
-def fold_gang(state: GangStateData | None, record: GangInput, rules: Rules) -> tuple[GangStateData | None, list[Emit]]:
+def gang_input_of(change: ChangeType, observed_at: datetime, cluster: str, obj: Job | Workload) -> Emit | None:
+    """A JobSet or Workload record for the gang stage, keyed by its gang (None: it
+    belongs to no JobSet)."""
+    key = gang_key(cluster, obj)
+    if key is None:
+        return None
+    jobset, workload = (obj, None) if isinstance(obj, Job) else (None, obj)
+    return Emit(GANG_INPUTS, key, GangInput(change, observed_at, cluster, jobset=jobset, workload=workload))
+
+
+def route_workload_record(_: None, __: str, envelope: TypedEnvelope[Workload], rules: Rules) -> tuple[None, list[Emit]]:
+    """The jobs stage's fold for k8s.workloads: a JobSet's Workload to its gang (R9.1)."""
+    gang = gang_input_of(envelope.type, envelope.observed_at, envelope.cluster, envelope.object)
+    return None, [gang] if gang is not None else []
+
+
+def fold_gang(state: GangStateData | None, _: str, record: GangInput, rules: Rules) -> tuple[GangStateData | None, list[Emit]]:
     obj = record.jobset if record.jobset is not None else record.workload
     assert obj is not None  # GangInput guarantees one of them
     uid = _jobset_uid(obj)
@@ -491,7 +489,7 @@ def _suspension(run: tuple[JobSetView, ...], after: JobSetView | None, workload:
         if len(run) > 1:
             return "final", _evicted(None, run[1].observed_at)
         return ("resumed", prior) if after is not None else ("blocked", awaiting)
-    if workload.known_after(since):  # R9.8 before anything else (§7 Q9)
+    if workload.known_after(since):  # R9.8: an inactive Workload is a deactivation, whatever its Evicted reason
         before = workload.index_as_of(since)
         if before is not None and workload.views[before].deactivated:
             view = workload.views[before]
@@ -536,7 +534,7 @@ def _no_eviction(workload: WorkloadTrack, run: tuple[JobSetView, ...], after: Jo
 def _wait(workload: WorkloadTrack, k: int, evicted: kueue.Classified, began: datetime, after: JobSetView | None) -> Step:
     """WaitingForReadmission, until the Workload is deactivated (R9.8), deleted (R9.7) or
     readmitted with the JobSet running again (R9.9)."""
-    waiting = Status("WaitingForReadmission", kueue.waiting_reason(evicted), began)
+    waiting = Status("WaitingForReadmission", kueue.waiting_reason(evicted), began, cause=_cause(evicted))
     j = workload.exit_after(k)
     if j is None:
         return "blocked", waiting
@@ -557,7 +555,13 @@ def _wait(workload: WorkloadTrack, k: int, evicted: kueue.Classified, began: dat
 def _evicted(evicted: kueue.Classified | None, at: datetime) -> Status:
     """R9.4–R9.7: the attempt ends; no Workload or no eviction recorded is a system retry."""
     retry: Retry = evicted.retry if evicted is not None else "system"
-    return Status("Ended", kueue.ending_reason(evicted), at, code=GANG_EVICTED, retry=retry)
+    return Status("Ended", kueue.ending_reason(evicted), at, code=GANG_EVICTED, retry=retry, cause=_cause(evicted))
+
+
+def _cause(evicted: kueue.Classified | None) -> EvictionCause:
+    if evicted is None:
+        return EvictionCause(reason="", detail="", message="")  # R9.6, R9.7: none recorded
+    return EvictionCause(reason=evicted.reason, detail=evicted.detail, message=evicted.message)
 
 
 def _jobset_ended(end: JobSetEnd, at: datetime) -> Status:
@@ -590,6 +594,7 @@ def _transition(state: GangStateData, old: Status | None, new: Status, rules: Ru
         to=new.state,
         code=new.code,
         retry=new.retry,
+        cause=new.cause,
         reason=new.reason,
         at=new.at,
         waited_seconds=new.waited_seconds,

@@ -1,5 +1,5 @@
 """Tracked CRDs into the attempt stage: a stateless map from a Job record to its facts,
-keyed by attempt key (SPEC R1, R6.1)."""
+keyed by attempt key (SPEC R1, R6.1); a JobSet goes to its gang as well (R9)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from datetime import datetime
 from app.core.attempt import attempt_of
 from app.core.child_pods import TRACKED_GROUPS, TRACKED_KINDS
 from app.core.emit import Emit
+from app.core.gang import gang_input_of
 from app.core.rules import Rules
 from app.core.verdict import crd_failure_of, is_completed
+from app.model.decode import TypedEnvelope
 from app.model.envelope import ChangeType
 from app.model.facts import ATTEMPT_FACTS, CrdFailure, JobFacts
 from app.model.k8s import Job
@@ -41,3 +43,13 @@ def route_job(change: ChangeType, observed_at: datetime, cluster: str, job: Job,
     if attempt is None:
         return []
     return [Emit(ATTEMPT_FACTS, attempt.key, job_facts_of(change, observed_at, cluster, job))]
+
+
+def route_job_record(_: None, __: str, envelope: TypedEnvelope[Job], rules: Rules) -> tuple[None, list[Emit]]:
+    """The jobs stage's fold for k8s.jobs: to the attempt (R1), and a JobSet to its gang (R9)."""
+    change, at, cluster, job = envelope.type, envelope.observed_at, envelope.cluster, envelope.object
+    emits = route_job(change, at, cluster, job, rules)
+    gang = gang_input_of(change, at, cluster, job)
+    if gang is not None:
+        emits.append(gang)
+    return None, emits

@@ -98,9 +98,9 @@ def is_deactivation(eviction: Eviction | None, active: bool) -> bool:
 
 
 def classify_eviction(eviction: Eviction | None, active: bool) -> Classified | None:
-    """R9.4, R9.5, R9.8 (inactivity checked first, §7 Q9); None when nothing evicted it."""
+    """R9.4, R9.5, R9.8 (inactivity checked first); None when nothing evicted it."""
     if is_deactivation(eviction, active):
-        # A stale reason (e.g. Preempted) and its message are not carried (§7 Q8).
+        # R9.8: a stale reason (e.g. Preempted) and its message are not carried.
         return Classified(DEACTIVATED, "", "", "system")
     if eviction is None:
         return None

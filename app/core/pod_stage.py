@@ -18,19 +18,36 @@ from app.core.emit import Emit
 from app.core.fault_events import FaultEvent, fault_event_of, is_trusted, merge_updates
 from app.core.rules import Rules
 from app.core.xid import XidTable
+from app.model.decode import TypedEnvelope
 from app.model.envelope import ChangeType
 from app.model.facts import ATTEMPT_FACTS, AttributedFault, ContainerFacts, PodFacts
 from app.model.k8s import ContainerStatus, Event, Pod
 from app.model.records import FAULTS, Fault, GpuFault, PodRef
 
 
-class PodState(msgspec.Struct):
+class PodState(msgspec.Struct, frozen=True):
+    """One pod's state. Folds never change a state in place: they return a new one, so a
+    fold that raises half way leaves the stored state as it was (the drivers' policy)."""
+
     uid: str
     cluster: str
     last_activity: datetime
     pod: PodFacts | None = None  # the latest pod view with its trusted faults, as forwarded
     seen: int = -1  # digest of the last pod record read, to skip records that change nothing
     faults: dict[str, FaultEvent] = {}  # every fault Event naming this uid, by event uid
+
+
+def pod_key(cluster: str, uid: str) -> str:
+    """The pod stage's key: the cluster with the pod uid (uids are unique per cluster
+    only: a cluster restored from another's etcd snapshot repeats them)."""
+    return f"{cluster}/{uid}"
+
+
+def uid_named_by(event: Event) -> str:
+    """The uid of the object an Event is about (core/v1 involvedObject, events.k8s.io/v1
+    regarding); "" when it names none."""
+    regarding = event.involved_object or event.regarding
+    return regarding.uid if regarding is not None else ""
 
 
 # --- building the slim view --------------------------------------------------------------
@@ -162,25 +179,32 @@ def _forward(previous: PodFacts | None, facts: PodFacts, observed_at: datetime, 
 # --- the folds ---------------------------------------------------------------------------
 
 
-def fold_pod(
-    state: PodState | None, change: ChangeType, observed_at: datetime, cluster: str, pod: Pod, rules: Rules
-) -> tuple[PodState | None, list[Emit]]:
+def key_of_pod(_: str, envelope: TypedEnvelope[Pod]) -> str | None:
+    uid = envelope.object.metadata.uid
+    return pod_key(envelope.cluster, uid) if uid else None
+
+
+def key_of_event(_: str, envelope: TypedEnvelope[Event]) -> str | None:
+    """An Event joins the pod it names (R2.5)."""
+    uid = uid_named_by(envelope.object)
+    return pod_key(envelope.cluster, uid) if uid else None
+
+
+def fold_pod(state: PodState | None, _: str, envelope: TypedEnvelope[Pod], rules: Rules) -> tuple[PodState | None, list[Emit]]:
+    change, observed_at, cluster, pod = envelope.type, envelope.observed_at, envelope.cluster, envelope.object
     uid = pod.metadata.uid
-    if not uid:
-        return state, []
     if state is None:
         state = PodState(uid=uid, cluster=cluster, last_activity=observed_at)
-    state.last_activity = max(state.last_activity, observed_at)
     # Most pod updates change nothing the rules read (readiness, resourceVersion): the
-    # slim view is the same, so the facts would be too.
+    # slim view is the same, so the facts would be too, and nothing happened (R7.4).
     seen = _digest(change, pod)
     if seen == state.seen:
         return state, []
-    state.seen = seen
+    last_activity = max(state.last_activity, observed_at)
     previous = state.pod
     facts = _with_faults(pod_facts_of(change, observed_at, cluster, pod, previous, rules), state.faults, rules)
-    state.pod, emits = _forward(previous, facts, observed_at, rules)
-    return state, emits
+    forwarded, emits = _forward(previous, facts, observed_at, rules)
+    return msgspec.structs.replace(state, last_activity=last_activity, seen=seen, pod=forwarded), emits
 
 
 _encode = msgspec.msgpack.Encoder().encode
@@ -193,9 +217,8 @@ def _digest(change: ChangeType, pod: Pod) -> int:
     return (zlib.crc32(view) << 32 | zlib.adler32(view)) ^ (change == "DELETED")
 
 
-def fold_event(
-    state: PodState | None, change: ChangeType, observed_at: datetime, cluster: str, event: Event, rules: Rules
-) -> tuple[PodState | None, list[Emit]]:
+def fold_event(state: PodState | None, _: str, envelope: TypedEnvelope[Event], rules: Rules) -> tuple[PodState | None, list[Emit]]:
+    observed_at, cluster, event = envelope.observed_at, envelope.cluster, envelope.object
     # A deleted Event (its TTL ran out) still happened: the log keeps the fault.
     fault = fault_event_of(event, rules.xid)
     if fault is None:
@@ -203,13 +226,13 @@ def fold_event(
     if state is None:
         state = PodState(uid=fault.pod_uid, cluster=cluster, last_activity=observed_at)
     known = state.faults.get(fault.event_uid)
-    state.faults[fault.event_uid] = merge_updates(known, fault) if known else fault
-    state.last_activity = max(state.last_activity, observed_at)
+    faults = {**state.faults, fault.event_uid: merge_updates(known, fault) if known else fault}
+    state = msgspec.structs.replace(state, faults=faults, last_activity=max(state.last_activity, observed_at))
     previous = state.pod
     if previous is None:
         return state, []  # held until the pod is known (R7.1)
-    state.pod, emits = _forward(previous, _with_faults(previous, state.faults, rules), observed_at, rules)
-    return state, emits
+    forwarded, emits = _forward(previous, _with_faults(previous, faults, rules), observed_at, rules)
+    return msgspec.structs.replace(state, pod=forwarded), emits
 
 
 def pod_state_expired(state: PodState, stream_time: datetime, rules: Rules) -> bool:

@@ -16,7 +16,7 @@ import msgspec
 from app.core.xid import DEFAULT_XID_TABLE, XidTable
 
 # Labels set by an operator or a batch Job on the pods it creates: such a pod is a child
-# pod of a tracked CRD, never the tracked pod of a pod task (see docs/decisions.md).
+# pod of a tracked CRD, never the tracked pod of a pod task (docs/rules.md).
 DEFAULT_CHILD_POD_LABELS = (
     "ray.io/cluster",
     "ray.io/node-type",

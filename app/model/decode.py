@@ -8,6 +8,7 @@ from typing import Generic, TypeVar
 import msgspec
 
 from app.model.envelope import EVENTS, JOBS, PODS, WORKLOADS, ChangeType
+from app.model.facts import ATTEMPT_FACTS, GANG_INPUTS, AttemptFact, GangInput
 from app.model.k8s import Event, Job, Pod, Timestamp, Workload
 
 SourceObject = Pod | Event | Job | Workload
@@ -36,7 +37,12 @@ _TRACE_BY_TOPIC = {topic.encode(): decoder for topic, decoder in _TRACE.items()}
 
 
 class BadRecord(ValueError):
-    """A source record that cannot be read; the message says what is wrong."""
+    """A record that cannot be read; the message says what is wrong."""
+
+
+# What a hostile record can make a decoder raise besides DecodeError: nesting deeper than
+# the decoder's recursion limit (even in a field the views skip).
+_UNREADABLE = (msgspec.DecodeError, RecursionError)
 
 
 def _checked(topic: str, envelope: TypedEnvelope) -> TypedEnvelope:
@@ -54,10 +60,33 @@ def decode_source(topic: str, value: bytes) -> tuple[TypedEnvelope, SourceObject
         raise BadRecord(f"unknown source topic {topic!r}: expected one of {', '.join(_OBJECT_TYPES)}")
     try:
         envelope = decoder.decode(value)
+    except RecursionError:
+        raise BadRecord("record nested too deeply to read") from None
     except msgspec.DecodeError as exc:
         where = "envelope" if "$.object" not in str(exc) else f"{_OBJECT_TYPES[topic].__name__} object"
         raise BadRecord(f"{where}: {exc}") from None
     return _checked(topic, envelope), envelope.object
+
+
+_INTERNAL = {ATTEMPT_FACTS: msgspec.json.Decoder(AttemptFact), GANG_INPUTS: msgspec.json.Decoder(GangInput)}
+_INTERNAL_ENCODER = msgspec.json.Encoder()
+
+
+def decode_internal(topic: str, value: bytes) -> AttemptFact | GangInput:
+    """A record of an internal re-key topic, as a stage wrote it (`encode_internal`)."""
+    decoder = _INTERNAL.get(topic)
+    if decoder is None:
+        raise BadRecord(f"unknown internal topic {topic!r}: expected one of {', '.join(_INTERNAL)}")
+    try:
+        return decoder.decode(value)
+    except _UNREADABLE as exc:
+        raise BadRecord(f"{topic} record: {exc}") from None
+    except ValueError as exc:  # a Struct's own check (GangInput: one object)
+        raise BadRecord(f"{topic} record: {exc}") from None
+
+
+def encode_internal(value: AttemptFact | GangInput) -> bytes:
+    return _INTERNAL_ENCODER.encode(value)
 
 
 def decode_trace_line(line: bytes) -> TypedTraceLine | None:
@@ -75,6 +104,6 @@ def decode_trace_line(line: bytes) -> TypedTraceLine | None:
     try:
         record = decoder.decode(line)
         _checked(record.topic, record.value)
-    except (msgspec.DecodeError, BadRecord):
+    except (*_UNREADABLE, BadRecord):
         return None
     return record

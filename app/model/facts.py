@@ -9,10 +9,16 @@ from datetime import datetime
 
 import msgspec
 
+from app.model.envelope import ChangeType
+from app.model.k8s import Job, Timestamp, Workload
 from app.model.records import GpuFault
 
-# Internal re-key topic: stage 1 → stage 2, keyed by attempt key.
+# Internal re-key topics (drivers add the configured prefix):
+# the pod stage and the job router -> the attempt stage, keyed by attempt key;
 ATTEMPT_FACTS = "faultline.attempt-facts"
+# the job router (JobSets, Workloads) -> the gang stage, keyed by gang key.
+GANG_INPUTS = "faultline.gang-inputs"
+INTERNAL_TOPICS = (ATTEMPT_FACTS, GANG_INPUTS)
 
 
 class ContainerFacts(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
@@ -82,3 +88,21 @@ class JobFacts(msgspec.Struct, frozen=True, omit_defaults=True, tag="JobFacts", 
 
 
 AttemptFact = PodFacts | JobFacts
+
+
+class GangInput(msgspec.Struct, frozen=True, gc=False):
+    """A `faultline.gang-inputs` value: one JobSet or Workload record for the gang fold
+    (SPEC R9), its object reduced to the slim view the rules read."""
+
+    change: ChangeType
+    observed_at: Timestamp
+    cluster: str
+    jobset: Job | None = None
+    workload: Workload | None = None
+
+    def __post_init__(self) -> None:
+        if (self.jobset is None) == (self.workload is None):
+            raise ValueError(
+                "GangInput needs exactly one of jobset or workload, got "
+                f"jobset={self.jobset is not None} workload={self.workload is not None}"
+            )

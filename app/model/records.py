@@ -99,7 +99,10 @@ class ClassifiedFailure(_Record, tag="faultline.ClassifiedFailure/v1", tag_field
 
 
 class DeadLetter(_Record, tag="faultline.DeadLetter/v1", tag_field="schema"):
-    """`faultline.dead-letter`: a source record that could not be read (SPEC R11.1)."""
+    """`faultline.dead-letter`: a record that could not be processed, where it was and why
+    (SPEC R11.1, R11.3). Bounded whatever the record: `value` holds at most the first
+    `app.core.dead_letters.VALUE_BYTES` of it (as text, invalid UTF-8 replaced), `size`
+    and `sha256` describe the whole of it."""
 
     topic: str
     key: str | None
@@ -107,10 +110,27 @@ class DeadLetter(_Record, tag="faultline.DeadLetter/v1", tag_field="schema"):
     offset: int | None
     reason: str
     value: str
+    size: int = 0  # bytes of the record's value
+    sha256: str = ""  # of the record's value, hex
+    truncated: bool = False  # `value` is a prefix of the record's value
 
 
 GangState = Literal["Pending", "Running", "WaitingForReadmission", "Ended", "Completed"]
 Retry = Literal["user", "system"]
+# SPEC R9.4: a gang that waits to be admitted again; R9.4-R9.7: the code of an eviction's ending.
+WAITING_FOR_READMISSION: GangState = "WaitingForReadmission"
+GANG_EVICTED = "GangEvicted"
+
+
+class EvictionCause(_Record):
+    """Why Kueue stopped a gang, as data (SPEC R9.4-R9.8): the Workload's `Evicted`
+    reason (`Preempted`, `PodsReadyTimeout`, `Deactivated`, …; "" when no eviction was
+    recorded, R9.6/R9.7), the `Preempted` condition's reason (`InClusterQueue`, …) and
+    Kueue's message. `reason` is the transition's text; read this, never that."""
+
+    reason: str
+    detail: str
+    message: str
 
 
 class GangTransition(_Record, tag="faultline.GangTransition/v1", tag_field="schema"):
@@ -129,6 +149,7 @@ class GangTransition(_Record, tag="faultline.GangTransition/v1", tag_field="sche
     to: GangState
     code: str | None
     retry: Retry | None
+    cause: EvictionCause | None  # on WaitingForReadmission and on an eviction's ending
     reason: str
     at: Timestamp
     waited_seconds: float | None

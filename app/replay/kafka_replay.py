@@ -33,7 +33,9 @@ async def replay_history(history: KafkaHistory, pipeline: Pipeline) -> AsyncIter
         if record.envelope is None:
             yield pipeline.feed(record.topic, record.key, record.value, offset=record.offset, partition=record.partition)
         else:
-            yield pipeline.feed_decoded(record.topic, record.envelope)
+            yield pipeline.feed_decoded(
+                record.topic, record.key or "", record.envelope, raw=record.value, offset=record.offset, partition=record.partition
+            )
 
 
 class Progress:

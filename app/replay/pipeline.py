@@ -1,113 +1,110 @@
-"""All stages in one process: the same folds the Faust agents run, with in-memory state.
+"""The embedded driver: every stage of the topology (app/core/topology.py) in one
+process, with in-memory state.
 
-Records from stage 1 to stage 2 (the re-key topic in the streaming path) are handed over
-at once, depth first, so one input's outputs are written before the next input is read:
-the same input order always gives the same output bytes (SPEC R7.3).
+A record a stage writes to an internal topic is handed at once, depth first, to the
+stage that reads that topic, so one input's outputs are all out before the next input
+is read: the same input order always gives the same output bytes (SPEC R7.3).
+
+`wire=True` makes the hand-over and the state store behave as Kafka and the Faust tables
+do: every internal record and every state is encoded and decoded again. The rule tests run
+through both (tests/unit/conftest.py), so the codecs of the streaming path are held to the
+same rules.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from datetime import datetime, timezone
+from typing import Any
 
-from app.core.attempt_stage import AttemptState, attempt_expired, fold_attempt
+import msgspec
+
+from app.core.dead_letters import dead_letter
 from app.core.emit import Emit
-from app.core.gang import GangInput, GangStateData, fold_gang, gang_expired, gang_key
-from app.core.job_facts import route_job
-from app.core.pod_stage import PodState, fold_event, fold_pod, pod_state_expired
 from app.core.rules import DEFAULT_RULES, Rules
-from app.model.decode import BadRecord, TypedEnvelope, decode_source
-from app.model.envelope import EVENTS, JOBS, PODS, WORKLOADS
-from app.model.facts import ATTEMPT_FACTS
-from app.model.records import DEAD_LETTER, DeadLetter
+from app.core.topology import INPUT_OF, STAGE_OF, STAGES, Failed, Stage, StageRecord, apply, decode_record
+from app.model.decode import BadRecord, encode_internal
 
 # How often, in stream time, expired state is swept (R7.4): every quarter of the
 # retention, so state outlives its retention by at most that much and sweeps cost little.
 SWEEPS_PER_RETENTION = 4
 _DAWN = datetime.min.replace(tzinfo=timezone.utc)
+_encoder = msgspec.json.Encoder()
 
 
 class Pipeline:
-    def __init__(self, rules: Rules = DEFAULT_RULES) -> None:
+    def __init__(self, rules: Rules = DEFAULT_RULES, *, wire: bool = False) -> None:
         self.rules = rules
-        self.pods: dict[str, PodState] = {}
-        self.attempts: dict[str, AttemptState] = {}
-        self.gangs: dict[str, GangStateData] = {}
+        self.wire = wire
+        # Stage name -> state key -> state, for every stage that keeps state.
+        self.states: dict[str, dict[str, Any]] = {s.name: {} for s in STAGES if s.state is not None}
+        self._state_decoders = {s.name: msgspec.json.Decoder(s.state) for s in STAGES if s.state is not None}
+        # Topic -> the stage reading it, with that stage's states.
+        self._readers = {topic: (stage, INPUT_OF[topic], self.states.get(stage.name)) for topic, stage in STAGE_OF.items()}
         self.stream_time = _DAWN
         self._next_sweep: datetime | None = None
         self.counts: Counter[str] = Counter()
-        self._stage1 = {PODS: self._pod, EVENTS: self._event, JOBS: self._job, WORKLOADS: self._workload}
 
-    def feed(self, topic: str, key: str | None, value: bytes, offset: int | None = None, partition: int | None = None) -> list[Emit]:
+    def feed(
+        self, topic: str, key: str | None, value: bytes, offset: int | None = None, partition: int | None = None
+    ) -> list[Emit]:
         """One source record in, every output record it causes out (dead letters included)."""
-        try:
-            envelope, _ = decode_source(topic, value)
-        except BadRecord as exc:
-            self.counts["records"] += 1
-            self.counts["dead_letters"] += 1
-            letter = DeadLetter(
-                topic=topic, key=key, partition=partition, offset=offset, reason=str(exc), value=value.decode("utf-8", "replace")
-            )
-            return [Emit(DEAD_LETTER, key or "", letter)]
-        return self.feed_decoded(topic, envelope)
-
-    def feed_decoded(self, topic: str, envelope: TypedEnvelope) -> list[Emit]:
-        """One source record already decoded (see `decode_source`)."""
         self.counts["records"] += 1
-        emits = self._stage1[topic](envelope)
-        if envelope.observed_at > self.stream_time:
-            self._advance(envelope.observed_at)
-        return self._through_attempts(emits) if emits else emits
+        try:
+            record = decode_record(topic, value)
+        except BadRecord as exc:
+            return [self._dead_letter(topic, key, partition, offset, str(exc), value)]
+        out = self._fold(topic, key or "", record, partition, offset, value)
+        if record.observed_at > self.stream_time:
+            self._advance(record.observed_at)
+        return out
 
-    # --- stage 1, one fold per source topic ---------------------------------------------
+    def feed_decoded(
+        self, topic: str, key: str, record: StageRecord, raw: bytes = b"", offset: int | None = None, partition: int | None = None
+    ) -> list[Emit]:
+        """One source record already decoded (`decode_source`); `raw` is what a dead letter
+        of it would quote."""
+        self.counts["records"] += 1
+        out = self._fold(topic, key, record, partition, offset, raw)
+        if record.observed_at > self.stream_time:
+            self._advance(record.observed_at)
+        return out
 
-    def _pod(self, envelope: TypedEnvelope) -> list[Emit]:
-        pod = envelope.object
-        uid = pod.metadata.uid
-        self.pods[uid], emits = fold_pod(self.pods.get(uid), envelope.type, envelope.observed_at, envelope.cluster, pod, self.rules)
-        return emits
-
-    def _event(self, envelope: TypedEnvelope) -> list[Emit]:
-        event = envelope.object
-        regarding = event.involved_object or event.regarding
-        uid = regarding.uid if regarding is not None else ""
-        state, emits = fold_event(self.pods.get(uid), envelope.type, envelope.observed_at, envelope.cluster, event, self.rules)
-        if state is not None:
-            self.pods[uid] = state
-        return emits
-
-    def _job(self, envelope: TypedEnvelope) -> list[Emit]:
-        job = envelope.object
-        emits = route_job(envelope.type, envelope.observed_at, envelope.cluster, job, self.rules)
-        gang = gang_key(envelope.cluster, job)
-        if gang is not None:
-            emits += self._gang(gang, GangInput(envelope.type, envelope.observed_at, envelope.cluster, jobset=job))
-        return emits
-
-    def _workload(self, envelope: TypedEnvelope) -> list[Emit]:
-        gang = gang_key(envelope.cluster, envelope.object)
-        if gang is None:
-            return []  # a Workload of something other than a JobSet
-        return self._gang(gang, GangInput(envelope.type, envelope.observed_at, envelope.cluster, workload=envelope.object))
-
-    def _gang(self, key: str, record: GangInput) -> list[Emit]:
-        """The gang stage (R9), keyed by JobSet; in Kafka its input is a re-key topic."""
-        state, emits = fold_gang(self.gangs.get(key), record, self.rules)
-        if state is not None:
-            self.gangs[key] = state
-        return emits
-
-    # --- stage 2 ---------------------------------------------------------------------------
-
-    def _through_attempts(self, emits: list[Emit]) -> list[Emit]:
+    def _fold(self, topic: str, key: str, record: StageRecord, partition: int | None, offset: int | None, raw: bytes | None) -> list[Emit]:
+        stage, reader, states = self._readers[topic]
+        state_key = reader.key(key, record)
+        if state_key is None:
+            return []
+        result = apply(stage, reader.fold, states.get(state_key) if states is not None else None, state_key, record, self.rules)
+        if isinstance(result, Failed):
+            return [self._dead_letter(topic, key, partition, offset, result.reason, raw if raw is not None else encode_internal(record))]
+        state, emits = result
+        if state is not None and states is not None:
+            states[state_key] = self._stored(stage, state) if self.wire else state
+        if not emits:
+            return emits
         out: list[Emit] = []
         for emit in emits:
-            if emit.topic != ATTEMPT_FACTS:
+            if emit.topic not in self._readers:
                 out.append(emit)
                 continue
-            self.attempts[emit.key], verdicts = fold_attempt(self.attempts.get(emit.key), emit.key, emit.value, self.rules)
-            out.extend(verdicts)
+            handed = emit.value
+            if self.wire:  # as through Kafka
+                try:
+                    handed = decode_record(emit.topic, encode_internal(handed))
+                except BadRecord as exc:
+                    out.append(self._dead_letter(emit.topic, emit.key, None, None, str(exc), encode_internal(emit.value)))
+                    continue
+            out.extend(self._fold(emit.topic, emit.key, handed, None, None, None))
         return out
+
+    def _stored(self, stage: Stage, state: Any) -> Any:
+        """A state as the Faust tables hand it back: encoded, then decoded."""
+        return self._state_decoders[stage.name].decode(_encoder.encode(state))
+
+    def _dead_letter(self, topic: str, key: str | None, partition: int | None, offset: int | None, reason: str, value: bytes) -> Emit:
+        self.counts["dead_letters"] += 1
+        return dead_letter(topic, key, partition, offset, reason, value)
 
     # --- expiry ----------------------------------------------------------------------------
 
@@ -120,10 +117,9 @@ class Pipeline:
         if at < self._next_sweep:
             return
         self._next_sweep = at + every
-        rules = self.rules
-        for uid in [u for u, s in self.pods.items() if pod_state_expired(s, at, rules)]:
-            del self.pods[uid]
-        for key in [k for k, s in self.attempts.items() if attempt_expired(s, at, rules)]:
-            del self.attempts[key]
-        for key in [k for k, s in self.gangs.items() if gang_expired(s, at, rules)]:
-            del self.gangs[key]
+        for stage in STAGES:
+            expired, states = stage.expired, self.states.get(stage.name)
+            if expired is None or states is None:
+                continue
+            for key in [k for k, s in states.items() if expired(s, at, self.rules)]:
+                del states[key]

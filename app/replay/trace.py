@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Generic, TypeVar
 
 import msgspec
 
+from app.core.dead_letters import dead_letter
 from app.core.emit import Emit
 from app.model.decode import decode_trace_line
 from app.model.envelope import TraceLine
-from app.model.records import DEAD_LETTER, DeadLetter
 from app.replay.pipeline import Pipeline
 
 _LINE = msgspec.json.Decoder(TraceLine)
+NOT_A_RECORD = "(not a trace record)"  # the topic counted for a line that is not a record
 
 
 T = TypeVar("T")
@@ -43,20 +44,26 @@ def read_lines(path: Path) -> Iterator[tuple[int, bytes]]:
                 yield number, line
 
 
-def replay(lines: Iterable[tuple[int, bytes]], pipeline: Pipeline) -> Iterator[Emit]:
+def replay(lines: Iterable[tuple[int, bytes]], pipeline: Pipeline, seen: Callable[[str], None] | None = None) -> Iterator[Emit]:
     """Feed trace lines through the pipeline; a bad line becomes a dead letter (R11.1)
-    whose `offset` is its line number, and the replay goes on."""
+    whose `offset` is its line number, and the replay goes on. `seen` is told each
+    line's topic (for counters)."""
     for number, line in lines:
         fast = decode_trace_line(line)
         if fast is not None:
-            yield from pipeline.feed_decoded(fast.topic, fast.value)
+            if seen is not None:
+                seen(fast.topic)
+            yield from pipeline.feed_decoded(fast.topic, fast.key, fast.value, raw=line, offset=number)
             continue
         try:
             record = _LINE.decode(line)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, RecursionError) as exc:
+            if seen is not None:
+                seen(NOT_A_RECORD)
             pipeline.counts["records"] += 1
             pipeline.counts["dead_letters"] += 1
-            reason = f"not a trace record: {exc}"
-            yield Emit(DEAD_LETTER, "", DeadLetter("", None, None, number, reason, line.rstrip().decode("utf-8", "replace")))
+            yield dead_letter("", None, None, number, f"not a trace record: {exc}", line.rstrip())
             continue
+        if seen is not None:
+            seen(record.topic)
         yield from pipeline.feed(record.topic, record.key, bytes(record.value), offset=number)

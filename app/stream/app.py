@@ -9,13 +9,13 @@ import faust
 
 from app.core.rules import DEFAULT_RULES, Rules
 from app.settings import Settings
-from app.web.faust_mount import mount
 from app.stream.agents import Stages
 from app.stream.fleet_stage import FleetStage
 from app.stream.faust_fixes import seek_uncommitted_partitions_to_beginning, short_fetch_wait_between_rebalances
 
 
-def build_app(settings: Settings, rules: Rules = DEFAULT_RULES) -> tuple[faust.App, Stages]:
+def build_app(settings: Settings, rules: Rules = DEFAULT_RULES) -> tuple[faust.App, Stages, FleetStage]:
+    """The app with its stages; the caller mounts a web surface on it before running it."""
     seek_uncommitted_partitions_to_beginning()
     datadir = Path(settings.data_dir) / settings.app_id
     datadir.parent.mkdir(parents=True, exist_ok=True)
@@ -41,14 +41,11 @@ def build_app(settings: Settings, rules: Rules = DEFAULT_RULES) -> tuple[faust.A
     short_fetch_wait_between_rebalances(app, settings.fetch_wait_ms)
     stages = Stages(app, settings, rules)
     fleet = FleetStage(stages, settings.fleet(), run=settings.fleet_stage)
-    if settings.web_port != 0:
-        mount(app, fleet)  # the fleet page under /fleet/, Prometheus /metrics
-    return app, stages
+    return app, stages, fleet
 
 
-def run_worker(settings: Settings, rules: Rules = DEFAULT_RULES) -> int:
+def run_worker(app: faust.App, settings: Settings) -> int:
     """Run one worker in the foreground until SIGTERM/SIGINT."""
-    app, _ = build_app(settings, rules)
     worker = faust.Worker(app, loglevel=settings.log_level.upper(), quiet=True)
     worker.execute_from_commandline()  # exits the process when the worker stops
     return 0

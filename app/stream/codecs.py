@@ -12,8 +12,6 @@ from typing import Generic, TypeVar
 
 import msgspec
 
-from app.model.records import DeadLetter
-
 S = TypeVar("S")
 
 _encoder = msgspec.json.Encoder()
@@ -75,15 +73,3 @@ class Entry(msgspec.Struct, Generic[S]):
 
 def entry_decoder(state_type: type) -> msgspec.json.Decoder:
     return msgspec.json.Decoder(Entry[state_type])  # type: ignore[valid-type]
-
-
-def dead_letter_of(topic: str, key: bytes | None, partition: int, offset: int, reason: str, value: bytes | None) -> DeadLetter:
-    """SPEC R11.1: where the bad record is (its Kafka topic, partition and offset) and why."""
-    return DeadLetter(
-        topic=topic,
-        key=key.decode("utf-8", "replace") if key is not None else None,
-        partition=partition,
-        offset=offset,
-        reason=reason,
-        value=(value or b"").decode("utf-8", "replace"),
-    )

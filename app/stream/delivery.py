@@ -32,13 +32,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import faust
-from aiokafka import AIOKafkaConsumer, TopicPartition
-from mode import CrashingSupervisor, Service
+from mode import CrashingSupervisor
 
+from app.core.dead_letters import dead_letter
 from app.core.emit import Emit
-from app.model.records import DEAD_LETTER
 from app.settings import Settings
-from app.stream.codecs import ORIGIN_HEADER, Origin, Position, dead_letter_of, encode
+from app.stream.codecs import ORIGIN_HEADER, Origin, Position, encode
+from app.stream.continuity import CommittedOffsets, Continuity
 from app.stream.faust_fixes import forget_unacked
 from app.stream.tables import StateTable
 
@@ -95,71 +95,6 @@ class Batch:
     def nothing_queued(self) -> bool:
         queue = getattr(self.stream.channel, "queue", None)
         return queue is None or queue.empty()
-
-
-class DroppedRecords(RuntimeError):
-    """Faust skipped records of a partition; the worker must stop and re-read them."""
-
-
-class CommittedOffsets(Service):
-    """The consumer group's committed offsets, read from Kafka (Faust's own view of them
-    is filled in only after its start-up seek, which agents may already be past)."""
-
-    def __init__(self, settings: Settings) -> None:
-        super().__init__()
-        self.settings = settings
-        self._consumer: AIOKafkaConsumer | None = None
-        self._starting = asyncio.Lock()
-
-    async def on_stop(self) -> None:
-        if self._consumer is not None:
-            await self._consumer.stop()
-
-    async def get(self, tp: Any) -> int | None:
-        async with self._starting:  # several agents ask at once at start-up
-            if self._consumer is None:
-                consumer = AIOKafkaConsumer(
-                    bootstrap_servers=self.settings.bootstrap.split(","), group_id=self.settings.app_id, enable_auto_commit=False
-                )
-                await consumer.start()
-                self._consumer = consumer
-        return await self._consumer.committed(TopicPartition(tp.topic, tp.partition))
-
-
-class Continuity:
-    """Each agent must see every offset of each input partition in order.
-
-    Faust (0.15) can drop records it had already fetched and rely on a seek back to the
-    committed offset to deliver them again (see `faust_fixes`, which closes the case seen
-    here). Processing a later record first would record its position, and the dropped
-    one, redelivered after a restart, would be skipped as already applied. So a hole
-    stops the worker (the agents run under `CrashingSupervisor`); the restart re-reads
-    from the last committed offset, which is never past an unprocessed record.
-    """
-
-    def __init__(self, app: faust.App, agent: str, committed: CommittedOffsets) -> None:
-        self.app, self.agent, self.committed = app, agent, committed
-        self.next: dict[Any, int] = {}
-        self.generation: int | None = None
-
-    async def check(self, message: faust.types.Message) -> None:
-        if self.app.consumer_generation_id != self.generation:  # a rebalance: start over
-            self.generation, self.next = self.app.consumer_generation_id, {}
-        tp = message.tp
-        expected = self.next.get(tp)
-        if expected is None:  # the first record of this partition since (re)assignment
-            committed = await self.committed.get(tp)
-            earliest = (await self.app.consumer.earliest_offsets(tp)).get(tp) or 0
-            # Records the broker deleted (retention) while nothing read them are no hole.
-            expected = earliest if committed is None else max(committed, earliest)
-        if message.offset > expected:
-            log.error(
-                "%s: records %s[%d] %d..%d were dropped before processing (a Faust fetch race); "
-                "stopping so that a restart re-reads them from the committed offset",
-                self.agent, tp.topic, tp.partition, expected, message.offset - 1,
-            )
-            raise DroppedRecords(f"{tp.topic}[{tp.partition}]: offsets {expected}..{message.offset - 1} never reached {self.agent}")
-        self.next[tp] = max(expected, message.offset + 1)
 
 
 class Delivery:
@@ -273,43 +208,10 @@ class Delivery:
         self.counts["outputs"] += len(emits)
 
     async def dead_letter(self, message: faust.types.Message, reason: str, batch: Batch) -> None:
+        """SPEC R11.1: where the bad record is (its Kafka topic, partition and offset) and why."""
         self.counts["dead_letters"] += 1
-        letter = dead_letter_of(message.topic, message.key, message.partition, message.offset, reason, message.value)
-        await self.send([Emit(DEAD_LETTER, letter.key or "", letter)], origin_of(message), batch)
-
-    async def fold(
-        self, message: faust.types.Message, fold: Callable[[], tuple[Any, list[Emit]]], batch: Batch
-    ) -> tuple[Any, list[Emit]] | None:
-        """Run a pure fold; a fold that raises is a bug, reported as a dead letter so the
-        stream goes on (SPEC R11.1) and logged with its traceback."""
-        try:
-            return fold()
-        except Exception as exc:  # any core failure must not stop the worker
-            log.exception("fold failed on %s[%d]@%d", message.topic, message.partition, message.offset)
-            await self.dead_letter(message, f"internal error: {type(exc).__name__}: {exc}", batch)
-            return None
-
-    async def fold_keyed(
-        self,
-        table: StateTable[Any],
-        key: str,
-        message: faust.types.Message,
-        origin: Origin,
-        fold: Callable[[Any], tuple[Any, list[Emit]]],
-        batch: Batch,
-    ) -> None:
-        entry = table.get(key)
-        if entry is not None and entry.applied(origin):
-            self.counts["redelivered"] += 1  # step 2: a repeat after a crash
-            return
-        result = await self.fold(message, lambda: fold(entry.state if entry is not None else None), batch)
-        if result is None:
-            return
-        state, emits = result
-        await self.send(emits, origin, batch)
-        if state is not None:
-            table.put(key, entry, origin, state)
-
+        letter = dead_letter(message.topic, message.key, message.partition, message.offset, reason, message.value or b"")
+        await self.send([letter], origin_of(message), batch)
 
 
 def origin_of(message: faust.types.Message) -> Origin:

@@ -28,7 +28,7 @@ def seek_uncommitted_partitions_to_beginning() -> None:
     are never delivered (seen here: a worker restarted less than a commit interval after
     its previous run lost records 1..30 of a partition). The patch seeks such partitions
     back to their beginning too. Records delivered twice are recognised by the stages
-    (their positions), and `delivery.Continuity` stops the worker should a hole remain.
+    (their positions), and `continuity.Continuity` stops the worker should a hole remain.
     """
     thread_class = faust_aiokafka.AIOKafkaConsumerThread
     if getattr(thread_class, _PATCHED, False):
@@ -88,7 +88,7 @@ def short_fetch_wait_between_rebalances(app: Any, wait_ms: int) -> None:
     it: with 1500 ms the worker sat idle and verdicts waited seconds (bench/pipeline.py).
     But with a short wait from the start, records fetched during the start-up's recovery,
     before Faust's seek back to the committed offsets, were skipped: in about half of the
-    restarts of test_stream_crash.py a stage found a hole and stopped (`delivery.Continuity`);
+    restarts of test_stream_crash.py a stage found a hole and stopped (`continuity.Continuity`);
     with Faust's wait during rebalances, 0 in 10. The fetcher reads the value for each
     request it builds."""
 

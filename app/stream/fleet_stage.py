@@ -31,8 +31,8 @@ from app.stream.codecs import Origin, Position, encode
 from app.stream.delivery import Batch, origin_of, upstream_origin
 from app.stream.tables import StateTable
 from app.stream.topics import FLEET_INPUTS
-from app.web.faust_mount import consumer_lag
-from app.web.view import Counters
+from app.core.fleet_view import Counters
+from app.stream.lag import consumer_lag
 
 log = logging.getLogger("faultline.stream")
 

@@ -19,14 +19,11 @@ from kafka.admin import ConfigResource, ConfigResourceType
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from app.model.envelope import SOURCE_TOPICS
-from app.model.facts import ATTEMPT_FACTS
+from app.model.facts import ATTEMPT_FACTS, GANG_INPUTS
 from app.model.fleet_records import DERIVED_TOPICS, QUARANTINE_CANDIDATES
 from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, FAULTS, GANG_TRANSITIONS
 from app.settings import Settings
 
-# Internal re-key topic: k8s.jobs (JobSets) and k8s.workloads -> the gang stage, keyed by
-# JobSet (DESIGN.md). Its records are the source envelopes, unchanged.
-GANG_INPUTS = "faultline.gang-inputs"
 # Internal re-key topic: the output records -> the fleet stage (fleet_stage.py). One
 # partition: the fleet fold is over the whole fleet.
 FLEET_INPUTS = "faultline.fleet-inputs"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from app.core.fleet import SEVERITIES
-from app.web.view import FleetView
+from app.core.fleet_view import FleetView
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -14,7 +14,7 @@ from aiohttp import web
 from app.core.fleet import candidate_rows, evidence_of, failure_rows, fleet_summary, gpu_rows, node_rows, queue_rows, recent_verdicts
 from app.web.metrics import CONTENT_TYPE, render_metrics
 from app.web.page import PAGE
-from app.web.view import FleetView
+from app.core.fleet_view import FleetView
 
 VIEW: web.AppKey[FleetView] = web.AppKey("fleet_view")
 DEFAULT_VERDICTS = 20

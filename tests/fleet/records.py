@@ -12,6 +12,7 @@ from app.model.records import (
     GANG_TRANSITIONS,
     ClassifiedFailure,
     DeadLetter,
+    EvictionCause,
     Fault,
     GangTransition,
     GpuFault,
@@ -123,8 +124,13 @@ def transition(
     waited_seconds: float | None = None,
     namespace: str = "team-a",
     queue: str | None = None,
+    cause: str | None = None,
 ) -> Emit:
+    """`cause`: the Workload's Evicted reason (a wait is a preemption unless it says otherwise)."""
     key = f"{CLUSTER}/{namespace}/{jobset}"
+    if cause is None and to == "WaitingForReadmission":
+        cause = "Preempted"
+    detail = "InClusterQueue" if cause == "Preempted" else ""
     record = GangTransition(
         key=key,
         cluster=CLUSTER,
@@ -139,6 +145,7 @@ def transition(
         to=to,  # type: ignore[arg-type]
         code=code,
         retry=retry,  # type: ignore[arg-type]
+        cause=EvictionCause(reason=cause, detail=detail, message="") if cause is not None else None,
         reason=reason,
         at=at,
         waited_seconds=waited_seconds,

@@ -278,8 +278,8 @@ def test_preemptions_and_readmission_waits_per_queue() -> None:
         transition("a", to="WaitingForReadmission", at=T0),
         transition("a", from_="WaitingForReadmission", to="Running", at=T0 + minutes(10), reason="re-admitted by kueue; running", waited_seconds=600.0),
         transition("a", from_="WaitingForReadmission", to="Running", at=T0 + minutes(10), reason="re-admitted by kueue; running", waited_seconds=600.0),  # redelivered
-        transition("b", to="Ended", at=T0 + minutes(20), code="GangEvicted", retry="user", reason=PREEMPTED_ENDING),
-        transition("c", to="Ended", at=T0 + minutes(30), code="GangEvicted", retry="system", reason=TIMEOUT_ENDING),
+        transition("b", to="Ended", at=T0 + minutes(20), code="GangEvicted", retry="user", reason=PREEMPTED_ENDING, cause="Preempted"),
+        transition("c", to="Ended", at=T0 + minutes(30), code="GangEvicted", retry="system", reason=TIMEOUT_ENDING, cause="PodsReadyTimeout"),
         transition("d", to="WaitingForReadmission", at=T0 + minutes(40)),
         transition("e", from_="Running", to="Completed", at=T0 + minutes(45), reason="jobset completed"),  # not Kueue's doing
     ])

@@ -13,10 +13,11 @@ from aiohttp.test_utils import TestClient, TestServer
 from app.cli.fleet import pipeline_pods, replay_counted
 from app.replay.pipeline import Pipeline
 from app.replay.trace import read_lines
-from app.web.faust_mount import consumer_lag, mount
+from app.stream.lag import consumer_lag
+from app.web.faust_mount import mount
 from app.web.metrics import METRICS
 from app.web.server import make_web_app
-from app.web.view import Lag, LiveFleet
+from app.core.fleet_view import Lag, LiveFleet
 from tests.fleet import promtext
 from tests.fleet.records import PREEMPTED_ENDING, T0, dead_letter, hours, minutes, transition
 
@@ -34,7 +35,7 @@ def fed_view() -> LiveFleet:
     for emit in (
         transition("a", to="WaitingForReadmission", at=T0 + hours(1)),
         transition("a", from_="WaitingForReadmission", to="Running", at=T0 + hours(1) + minutes(15), reason="re-admitted", waited_seconds=900.0),
-        transition("b", to="Ended", at=T0 + hours(1), code="GangEvicted", retry="user", reason=PREEMPTED_ENDING),
+        transition("b", to="Ended", at=T0 + hours(1), code="GangEvicted", retry="user", reason=PREEMPTED_ENDING, cause="Preempted"),
         transition("c", to="WaitingForReadmission", at=T0 + hours(1) + minutes(20)),
         dead_letter(),
     ):

@@ -176,9 +176,9 @@ class StreamStack:
         from kafka import KafkaConsumer
 
         from app.model.envelope import SOURCE_TOPICS
-        from app.model.facts import ATTEMPT_FACTS
+        from app.model.facts import ATTEMPT_FACTS, GANG_INPUTS
         from app.model.records import OUTPUT_TOPICS
-        from app.stream.topics import FLEET_INPUTS, GANG_INPUTS
+        from app.stream.topics import FLEET_INPUTS
 
         # stage order, upstream first; the fleet stage reads the output topics
         inputs = [*SOURCE_TOPICS, ATTEMPT_FACTS, GANG_INPUTS, *OUTPUT_TOPICS, FLEET_INPUTS]

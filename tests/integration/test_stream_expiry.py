@@ -16,6 +16,7 @@ from trace_gen import builders as b
 from trace_gen import stories, write_trace
 
 from app.core.attempt import attempt_of
+from app.core.pod_stage import pod_key
 from app.core.rules import DEFAULT_RULES
 from app.model.records import CLASSIFIED_FAILURES
 from app.replay.pipeline import Pipeline
@@ -52,7 +53,8 @@ def test_r7_4_state_is_dropped_after_the_retention_in_stream_time(stream_stack, 
     later = b.T0 + DEFAULT_RULES.retention + b.minutes(60)
     ticks = _ticks(later, stream_stack.partitions)
     trace = write_trace(tmp_path / "expiry.jsonl", early + ticks)
-    early_pods = {r["key"] for r in early}
+    early_pods = {pod_key(b.CLUSTER, r["key"]) for r in early}
+    assert len(early_pods) == 12
     early_attempts = {
         attempt_of(b.CLUSTER, b.NS, r["value"]["object"]["metadata"]["labels"], DEFAULT_RULES).key for r in early  # type: ignore[union-attr]
     }
@@ -60,8 +62,9 @@ def test_r7_4_state_is_dropped_after_the_retention_in_stream_time(stream_stack, 
     # The offline runner drops exactly these (the streaming path must agree).
     pipeline = Pipeline()
     list(replay(read_lines(trace), pipeline))
-    assert early_pods.isdisjoint(pipeline.pods) and early_attempts.isdisjoint(pipeline.attempts)
-    assert len(pipeline.attempts) == len(ticks)
+    assert early_pods.isdisjoint(pipeline.states["pods"]) and early_attempts.isdisjoint(pipeline.states["attempts"])
+    assert len(pipeline.states["pods"]) == len(ticks)
+    assert len(pipeline.states["attempts"]) == len(ticks)
 
     stream_stack.publish(trace)
     stream_stack.start_worker(sweep_interval=0.5)
@@ -84,5 +87,5 @@ def test_r7_4_state_is_dropped_after_the_retention_in_stream_time(stream_stack, 
     for r in stream_stack.read(f"{stream_stack.app_id}-attempts-changelog", full_name=True):
         live[r.key.decode()] = r.value
     kept = {k for k, v in live.items() if v is not None}
-    assert kept == set(pipeline.attempts)
+    assert kept == set(pipeline.states["attempts"])
     assert all(orjson.loads(live[k])["state"]["key"] == k for k in kept)

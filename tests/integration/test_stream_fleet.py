@@ -17,7 +17,7 @@ from app.core.fleet import evidence_of
 from app.model.fleet_records import DERIVED_TOPICS, QUARANTINE_CANDIDATES
 from app.replay.pipeline import Pipeline
 from app.replay.trace import encode_output, read_lines
-from app.web.view import LiveFleet
+from app.core.fleet_view import LiveFleet
 
 MIXED = Path(__file__).resolve().parents[2] / "examples" / "traces" / "mixed.jsonl"
 

@@ -16,12 +16,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
+import orjson
 
 from app.core.emit import Emit
-from app.core.gang import GangInput, GangStateData, fold_gang
+from app.core.gang import GangInput, GangStateData
 from app.core.rules import Rules
 from app.model.envelope import JOBS, WORKLOADS, Envelope, TraceLine
 from app.model.k8s import Job, Workload
+from app.replay.pipeline import Pipeline
+from tests.unit.drivers import new_pipeline
 
 Line = dict[str, Any]  # one trace line: {"topic", "key", "value": envelope}
 
@@ -231,13 +234,16 @@ def to_input(line: Line) -> GangInput:
     raise ValueError(f"topic {trace.topic!r} is neither {JOBS!r} nor {WORKLOADS!r}")
 
 
-def feed(lines: Iterable[Line], rules: Rules, state: GangStateData | None = None) -> tuple[GangStateData | None, list[Emit]]:
-    """Fold every line, in order; all emitted records."""
+def feed(lines: Iterable[Line], rules: Rules, pipeline: Pipeline | None = None) -> tuple[GangStateData | None, list[Emit]]:
+    """Every line through the driver the test runs with (or `pipeline`, to go on with
+    one): the gang's state after them and every record they emitted."""
+    pipeline = pipeline if pipeline is not None else new_pipeline(rules)
     emitted: list[Emit] = []
     for line in lines:
-        state, out = fold_gang(state, to_input(line), rules)
-        emitted.extend(out)
-    return state, emitted
+        emitted.extend(pipeline.feed(line["topic"], line["key"], orjson.dumps(line["value"])))
+    gangs = pipeline.states["gangs"]
+    assert len(gangs) <= 1, f"expected one gang, got {sorted(gangs)}"
+    return next(iter(gangs.values()), None), emitted
 
 
 def interleave(first: Sequence[Line], second: Sequence[Line], picks: Sequence[bool]) -> list[Line]:

@@ -7,11 +7,12 @@ import orjson
 from app.core.emit import Emit
 from app.core.rules import DEFAULT_RULES, Rules
 from app.model.records import CLASSIFIED_FAILURES, FAULTS, ClassifiedFailure
-from app.replay.pipeline import Pipeline
+from tests.unit.drivers import new_pipeline
 
 
 def run(records: list[dict], rules: Rules = DEFAULT_RULES) -> list[Emit]:
-    pipeline = Pipeline(rules)
+    """Through the driver the test runs with (tests/unit/drivers.py)."""
+    pipeline = new_pipeline(rules)
     out: list[Emit] = []
     for r in records:
         out.extend(pipeline.feed(r["topic"], r["key"], orjson.dumps(r["value"])))

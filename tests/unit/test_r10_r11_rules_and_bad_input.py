@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import orjson
+import pytest
 
 from app.core import xid
 from app.core.rules import Rules
 from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER
 from app.replay.pipeline import Pipeline
 from tests.unit.builders import T0, attempt_labels, condition, kubeflow, minutes, pod, record, running, terminated, updated
+from tests.unit.drivers import new_pipeline
 from tests.unit.scenario import only_verdict, run
 from tests.unit.stories import pod_task_nvlink
+
+pytestmark = pytest.mark.usefixtures("driver")  # every rule through every driver
 
 
 def test_r10_1_rules_version_names_the_rule_set():
@@ -54,7 +58,7 @@ def test_r11_1_malformed_records_go_to_the_dead_letter_topic_and_nothing_valid_i
         ("k8s.events", orjson.dumps({**pod_json, "object": {"reason": ["GPUXidError"]}})),
         ("k8s.nodes", orjson.dumps(pod_json)),
     ]
-    pipeline = Pipeline()
+    pipeline = new_pipeline()
     out = []
     offset = 0
     for r in good:

@@ -16,6 +16,8 @@ from app.rulefile import RuleFileError, load_rules
 from tests.unit.scenario import run
 from tests.unit.stories import pod_task_xid143, slow_burn
 
+pytestmark = pytest.mark.usefixtures("driver")  # every rule through every driver
+
 ROOT = Path(__file__).resolve().parents[2]
 RULE_FILE = ROOT / "examples" / "rules" / "xid-143-critical.toml"
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.unit.builders import (
     T0,
     attempt_labels,
@@ -21,6 +23,8 @@ from tests.unit.builders import (
     updated,
 )
 from tests.unit.scenario import final_verdicts, only_verdict
+
+pytestmark = pytest.mark.usefixtures("driver")  # every rule through every driver
 
 
 def crd_failure(job, failed_job, pods_and_faults, *, failed_at=T0):

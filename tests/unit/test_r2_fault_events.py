@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import msgspec
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,6 +26,8 @@ from tests.unit.builders import (
     xid_message,
 )
 from tests.unit.scenario import faults, only_verdict
+
+pytestmark = pytest.mark.usefixtures("driver")  # every rule through every driver
 
 
 def decode_event(body: dict) -> Event:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.unit.builders import (
     T0,
     condition,
@@ -17,6 +19,8 @@ from tests.unit.builders import (
     updated,
 )
 from tests.unit.scenario import only_verdict
+
+pytestmark = pytest.mark.usefixtures("driver")  # every rule through every driver
 
 
 def pod_task(fault_first, fault_last=None, *, containers=None, finished=T0, deletion=None, init=None):
@@ -113,7 +117,7 @@ def test_r5_2_crd_failure_time_is_the_failed_condition_transition():
 
 
 def test_r5_2_crd_without_condition_uses_the_first_record_showing_failure():
-    from tests.unit.builders import rayjob, ray_pod_labels
+    from tests.unit.builders import ray_pod_labels, rayjob
 
     rj = rayjob(cluster_name="rc")
     failed = updated(rj, jobStatus="FAILED", jobDeploymentStatus="Failed")

@@ -26,6 +26,8 @@ from tests.unit.builders import (
 )
 from tests.unit.scenario import only_verdict
 
+pytestmark = pytest.mark.usefixtures("driver")  # every rule through every driver
+
 
 def pod_task(final_status: dict, faults=(), *, annotations=None, containers=("main",)):
     """A pod task whose final status is `final_status`; `faults` are (code, severity, minutes before t0)."""

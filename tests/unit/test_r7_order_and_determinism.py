@@ -7,15 +7,18 @@ from datetime import timedelta
 
 import msgspec
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.model.records import CLASSIFIED_FAILURES, FAULTS
-from app.replay.pipeline import Pipeline
 from app.replay.trace import encode_output
 from tests.unit.builders import T0, event, minutes, pod, record, running, terminated, updated
+from tests.unit.drivers import new_pipeline
 from tests.unit.scenario import final_verdicts, run, verdicts
 from tests.unit.stories import STORIES, late_fault
+
+pytestmark = pytest.mark.usefixtures("driver")  # every rule through every driver
 
 
 def _object_id(r: dict) -> str:
@@ -90,7 +93,7 @@ def test_r7_2_late_fault_outside_the_slack_changes_nothing():
 
 
 def _replay_bytes(records: list[dict]) -> bytes:
-    pipeline = Pipeline()
+    pipeline = new_pipeline()
     return b"".join(encode_output(e) + b"\n" for r in records for e in pipeline.feed(r["topic"], r["key"], orjson.dumps(r["value"])))
 
 
@@ -101,31 +104,31 @@ def test_r7_3_same_records_same_order_give_byte_identical_output():
 
 
 def test_r7_4_attempt_state_is_dropped_after_retention_in_stream_time():
-    pipeline = Pipeline()
+    pipeline = new_pipeline()
     for r in late_fault():
         pipeline.feed(r["topic"], r["key"], orjson.dumps(r["value"]))
-    assert len(pipeline.attempts) == 1 and len(pipeline.pods) == 1
+    assert len(pipeline.states["attempts"]) == 1 and len(pipeline.states["pods"]) == 1
 
     def tick(at):
         other = pod("other", labels={"app": "unrelated"})
         pipeline.feed("k8s.pods", other["metadata"]["uid"], orjson.dumps(record(other, at)["value"]))
 
     tick(T0 + timedelta(hours=5, minutes=55))
-    assert len(pipeline.attempts) == 1  # within retention
+    assert len(pipeline.states["attempts"]) == 1  # within retention
     # Dropped by the next sweep after the retention (sweeps run every quarter of it).
     tick(T0 + timedelta(hours=6, minutes=2))
     tick(T0 + timedelta(hours=7, minutes=35))
-    assert pipeline.attempts == {} and all(s.pod is None or s.pod.name == "other" for s in pipeline.pods.values())
+    assert pipeline.states["attempts"] == {} and all(s.pod is None or s.pod.name == "other" for s in pipeline.states["pods"].values())
 
 
 def test_r7_4_state_stays_bounded_over_many_finished_attempts():
-    pipeline = Pipeline()
+    pipeline = new_pipeline()
     peak = 0
     for day in range(3):
         for i, story in enumerate(STORIES.values()):
             for r in story(run=f"d{day}-{i}", t0=T0 + timedelta(hours=8 * day, minutes=i)):
                 pipeline.feed(r["topic"], r["key"], orjson.dumps(r["value"]))
-        peak = max(peak, len(pipeline.attempts))
+        peak = max(peak, len(pipeline.states["attempts"]))
     assert peak <= 2 * len(STORIES)  # never more than about one batch of attempts alive
 
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
+from tests.unit.builders import T0, attempt_labels, minutes, pod, record, running, terminated, updated
 from tests.unit.scenario import verdicts
 from tests.unit.stories import jobset_restart_then_complete, jobset_restart_then_fail, pod_task_restarted_in_place
-from tests.unit.builders import T0, attempt_labels, minutes, pod, record, running, terminated, updated
+
+pytestmark = pytest.mark.usefixtures("driver")  # every rule through every driver
 
 
 def test_r8_1_dead_generation_is_classified_over_its_own_pods_anchored_at_the_restart():

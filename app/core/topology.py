@@ -1,0 +1,128 @@
+"""The stage topology: the one declaration of how records flow through faultline.
+
+    k8s.pods, k8s.events --(cluster/pod uid)--> pods [PodState] -----> faults, attempt-facts
+    k8s.jobs, k8s.workloads ------------------> jobs (stateless) ----> attempt-facts, gang-inputs
+    attempt-facts --(attempt key)-------------> attempts [AttemptState] -> classified-failures
+    gang-inputs --(cluster/JobSet uid)--------> gangs [GangStateData] --> gang-transitions
+
+Each stage says here, once, which topics it reads, how a record of each is keyed and
+folded, its expiry and which topics it writes. Every record carries its time
+(`observed_at`, the bridge's clock), which moves stream time. The drivers — the embedded runner
+(app/replay) and the Faust workers (app/stream) — run this declaration; neither routes,
+keys or decodes records on its own. The internal topics (attempt-facts, gang-inputs)
+are Kafka topics in the streaming path and a hand-over in the embedded one.
+
+JobSets and their Workloads go through one stage (`jobs`): records of both topics reach
+the gang stage in the order one reader interleaves them, never one topic running ahead.
+
+The fold policy (`apply`) is defined once: a fold that raises is a bug in the rules; its
+record is dead-lettered with the reason and processing goes on (SPEC R11.3). Folds return
+new states and never change the one they were given, so the stored state is the state
+before the record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, NamedTuple
+
+import msgspec
+
+from app.core.attempt_stage import AttemptState, attempt_expired, fold_attempt
+from app.core.emit import Emit
+from app.core.gang import GangStateData, fold_gang, gang_expired, route_workload_record
+from app.core.job_facts import route_job_record
+from app.core.pod_stage import PodState, fold_event, fold_pod, key_of_event, key_of_pod, pod_state_expired
+from app.core.rules import Rules
+from app.model.decode import TypedEnvelope, decode_internal, decode_source
+from app.model.envelope import EVENTS, JOBS, PODS, WORKLOADS
+from app.model.facts import ATTEMPT_FACTS, GANG_INPUTS, INTERNAL_TOPICS, AttemptFact, GangInput
+from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, FAULTS, GANG_TRANSITIONS
+
+StageRecord = TypedEnvelope | AttemptFact | GangInput
+# (state or None, state key, record, rules) -> (new state or None, records to write)
+Fold = Callable[[Any, str, Any, Rules], tuple[Any, list[Emit]]]
+
+
+class Input(msgspec.Struct, frozen=True):
+    """One topic a stage reads: how its records are keyed and folded."""
+
+    topic: str
+    key: Callable[[str, Any], str | None]  # (the record's Kafka key, record) -> state key; None: nothing to do
+    fold: Fold
+
+
+class Stage(msgspec.Struct, frozen=True):
+    name: str
+    inputs: tuple[Input, ...]
+    outputs: tuple[str, ...]  # logical topics (dead letters aside: every stage may write them)
+    state: type | None = None  # None: a stateless router
+    expired: Callable[[Any, datetime, Rules], bool] | None = None  # SPEC R7.4
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        return tuple(i.topic for i in self.inputs)
+
+
+def _as_is(key: str, _: object) -> str:
+    """Re-keyed records arrive with their stage key as the Kafka key."""
+    return key
+
+
+PODS_STAGE = Stage(
+    name="pods",
+    inputs=(Input(PODS, key_of_pod, fold_pod), Input(EVENTS, key_of_event, fold_event)),
+    outputs=(FAULTS, ATTEMPT_FACTS),
+    state=PodState,
+    expired=pod_state_expired,
+)
+JOBS_STAGE = Stage(
+    name="jobs",
+    inputs=(Input(JOBS, _as_is, route_job_record), Input(WORKLOADS, _as_is, route_workload_record)),
+    outputs=(ATTEMPT_FACTS, GANG_INPUTS),
+)
+ATTEMPTS_STAGE = Stage(
+    name="attempts",
+    inputs=(Input(ATTEMPT_FACTS, _as_is, fold_attempt),),
+    outputs=(CLASSIFIED_FAILURES,),
+    state=AttemptState,
+    expired=attempt_expired,
+)
+GANGS_STAGE = Stage(
+    name="gangs",
+    inputs=(Input(GANG_INPUTS, _as_is, fold_gang),),
+    outputs=(GANG_TRANSITIONS,),
+    state=GangStateData,
+    expired=gang_expired,
+)
+
+STAGES: tuple[Stage, ...] = (PODS_STAGE, JOBS_STAGE, ATTEMPTS_STAGE, GANGS_STAGE)
+# Every topic a stage reads has exactly one reader.
+STAGE_OF: dict[str, Stage] = {i.topic: stage for stage in STAGES for i in stage.inputs}
+INPUT_OF: dict[str, Input] = {i.topic: i for stage in STAGES for i in stage.inputs}
+OUTPUT_TOPICS: tuple[str, ...] = (FAULTS, CLASSIFIED_FAILURES, GANG_TRANSITIONS, DEAD_LETTER)
+
+
+def decode_record(topic: str, value: bytes) -> StageRecord:
+    """A stage's input record from its bytes; BadRecord says what is wrong."""
+    if topic in INTERNAL_TOPICS:
+        return decode_internal(topic, value)
+    return decode_source(topic, value)[0]  # names the source topics if it is none of them
+
+
+# --- the fold policy ---------------------------------------------------------------------------
+
+
+class Failed(NamedTuple):
+    reason: str
+
+
+def apply(stage: Stage, fold: Fold, state: Any, key: str, record: StageRecord, rules: Rules) -> tuple[Any, list[Emit]] | Failed:
+    """Fold one record: (the key's new state, or None to keep none; the records to write).
+    A fold that raises (a bug, or input the rules never expected) fails this record
+    only: the driver dead-letters it with the `Failed` reason and goes on."""
+    try:
+        return fold(state, key, record, rules)
+    except Exception as exc:  # noqa: BLE001 - any failure of one record must not stop the stage
+        return Failed(f"stage {stage.name} failed on this record: {type(exc).__name__}: {exc}")
