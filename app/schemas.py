@@ -1,4 +1,4 @@
-"""JSON Schemas of every output record, generated from the msgspec types."""
+"""JSON Schemas of the source record and of every output record, generated from the msgspec types."""
 
 from __future__ import annotations
 
@@ -7,10 +7,12 @@ from pathlib import Path
 import msgspec
 
 from app.bridge.records import BridgeGap, BridgePosition
+from app.model.envelope import Envelope
 from app.model.fleet_records import DERIVED_RECORD_TYPES
 from app.model.records import ClassifiedFailure, DeadLetter, Fault, GangTransition
 
 RECORD_TYPES: tuple[type, ...] = (
+    Envelope,
     Fault,
     ClassifiedFailure,
     GangTransition,
@@ -21,8 +23,14 @@ RECORD_TYPES: tuple[type, ...] = (
 )
 
 
+# Records that carry no `schema` field of their own.
+UNTAGGED: dict[type, str] = {Envelope: "faultline.SourceRecord/v1"}
+
+
 def _schema_name(record: type) -> str:
     """The record's `schema` value: its msgspec tag, or the default of its `schema` field."""
+    if record in UNTAGGED:
+        return UNTAGGED[record]
     tag = record.__struct_config__.tag
     if isinstance(tag, str):
         return tag

@@ -61,9 +61,17 @@ def main() -> None:
         for topic, key, value in trace:
             pipeline.feed(topic, key, value)
 
+    changes = [r for r in trace if b'"type":"BOOKMARK"' not in r[2][:20]]
+
+    def fold_changes() -> None:  # the same trace without its progress records
+        pipeline = Pipeline()
+        for topic, key, value in changes:
+            pipeline.feed(topic, key, value)
+
     bare_s = _best_of(runs, bare_decode_all)
     decode_s = _best_of(runs, decode_all)
     fold_s = _best_of(runs, fold_all)
+    changes_s = _best_of(runs, fold_changes)
 
     # State size: sample while folding once more.
     pipeline = Pipeline()
@@ -86,6 +94,8 @@ def main() -> None:
     print(f"fold_records_per_s: {n / fold_s:.0f}")
     print(f"ratio_fold_to_bare_decode: {bare_s / fold_s:.2f}")
     print(f"ratio_fold_to_typed_decode: {decode_s / fold_s:.2f}")
+    print(f"progress_records: {n - len(changes)}")
+    print(f"progress_cost: {(fold_s - changes_s) / changes_s:+.1%} fold time with the progress records vs without (target <= +5%)")
     print(f"peak_state_bytes_per_tracked_pod: {peak_per_pod:.0f}")
     print(f"live_state_at_samples: {' '.join(f'{i}:{p}pods/{a}attempts/{b // 1024}KiB' for i, p, a, b in samples[:: max(1, len(samples) // 5)])}")
     print(f"state_growth_second_half_vs_first: {second_half / first_half:.2f}")

@@ -124,9 +124,21 @@ def _workload(job_uid: str, at: datetime, admitted: bool) -> dict:
     }
 
 
-def generate(records: int, seed: int = 1) -> Iterator[tuple[str, str, bytes]]:
+SOURCE_TOPICS = ("k8s.pods", "k8s.events", "k8s.jobs", "k8s.workloads")
+PROGRESS_EVERY = 5  # attempts between two rounds of progress records (~4 % of the records)
+
+
+def _bookmark(topic: str, at: datetime) -> tuple[str, str, bytes]:
+    obj = {"apiVersion": "v1", "kind": "Progress", "metadata": {"resourceVersion": ""}}
+    return topic, "progress", orjson.dumps({"type": "BOOKMARK", "observed_at": _ts(at), "cluster": "prod-a", "object": obj})
+
+
+def generate(records: int, seed: int = 1, progress: bool = True) -> Iterator[tuple[str, str, bytes]]:
     """`records` source records, in observation order per attempt, attempts staggered
-    in time so that finished ones expire (R7.4) as the trace goes on."""
+    in time so that finished ones expire (R7.4) as the trace goes on; with the bridge's
+    progress (SPEC R12.1) on every topic after every few attempts, dated so that it claims
+    only records already written (an attempt's records span 12 minutes; attempts start
+    30 s apart), unless `progress` is False. Progress records count in `records`."""
     rnd = random.Random(seed)
     produced = 0
     for a in itertools.count():
@@ -167,6 +179,8 @@ def generate(records: int, seed: int = 1) -> Iterator[tuple[str, str, bytes]]:
         for _ in range(rnd.randint(1, 3)):  # ordinary events keep flowing
             pname, puid, _ = rnd.choice(pods)
             out.append(_record("k8s.events", puid, "ADDED", end, _event(pname, puid, node, end, rnd.randint(3, 99))))
+        if progress and a % PROGRESS_EVERY == 0 and a >= 25:
+            out += [_bookmark(topic, T0 + timedelta(seconds=30 * (a - 25))) for topic in SOURCE_TOPICS]
         for item in out[: records - produced]:
             yield item
         produced += len(out)

@@ -25,7 +25,7 @@ from app.model.records import DEAD_LETTER
 from app.replay.pipeline import Pipeline
 from app.replay.trace import encode_output, read_lines, replay
 from app.settings import parse_duration
-from app.core.fleet_view import LiveFleet
+from app.core.fleet_view import LiveFleet, Watermark
 
 
 
@@ -68,9 +68,9 @@ def fleet_settings(args: argparse.Namespace) -> FleetSettings:
         raise SystemExit(f"faultline: invalid fleet settings: {exc}") from None
 
 
-def replay_counted(lines: Iterable[tuple[int, bytes]], pipeline: Pipeline, live: LiveFleet) -> Iterator[Emit]:
+def replay_counted(lines: Iterable[tuple[int, bytes]], pipeline: Pipeline, live: LiveFleet, *, finish: bool = True) -> Iterator[Emit]:
     """`replay`, counting input records per topic for /metrics."""
-    return replay(lines, pipeline, seen=live.count_input)
+    return replay(lines, pipeline, seen=live.count_input, finish=finish)
 
 
 def pipeline_pods(pipeline: Pipeline, attempt_key: str) -> list[PodEvidence]:
@@ -184,7 +184,11 @@ def run_serve(args: argparse.Namespace) -> int:
         raise SystemExit("faultline: `serve` needs aiohttp: pip install 'faultline[stream]'") from None
     require_trace(args.trace)
     pipeline = Pipeline(rules_from_args(args))
-    live = LiveFleet(fleet_settings(args), pods=lambda key: pipeline_pods(pipeline, key))
+    live = LiveFleet(
+        fleet_settings(args),
+        pods=lambda key: pipeline_pods(pipeline, key),
+        watermarks=lambda: [Watermark(cluster, topic, at) for cluster, topic, at in pipeline.watermarks()],
+    )
     try:
         return asyncio.run(_serve(args, pipeline, live))
     except KeyboardInterrupt:
@@ -193,12 +197,14 @@ def run_serve(args: argparse.Namespace) -> int:
 
 async def _feed(lines: Iterable[tuple[int, bytes]], pipeline: Pipeline, live: LiveFleet, pace: float) -> None:
     for line in lines:
-        for emit in replay_counted([line], pipeline, live):
+        for emit in replay_counted([line], pipeline, live, finish=False):
             if emit.topic == DEAD_LETTER:
                 report_dead_letter(emit)
             live.observe(emit)
         if pace:
             await asyncio.sleep(pace)  # the page's handlers run between records
+    for emit in pipeline.finish():  # the end of the trace (R12.3)
+        live.observe(emit)
 
 
 async def _serve(args: argparse.Namespace, pipeline: Pipeline, live: LiveFleet) -> int:

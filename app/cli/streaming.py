@@ -16,7 +16,7 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 
 from app import settings as settings_mod
-from app.model.envelope import SOURCE_TOPICS, TraceLine
+from app.model.envelope import BOOKMARK, SOURCE_TOPICS, TraceLine
 from app.replay.trace import read_lines
 from app.rulefile import RuleFileError, load_rules
 from app.settings import Settings, SettingsError
@@ -106,9 +106,25 @@ def run_worker(args: argparse.Namespace) -> int:
 _LINE = msgspec.json.Decoder(TraceLine)
 
 
+class _Change(msgspec.Struct):
+    type: str = ""
+
+
+_CHANGE = msgspec.json.Decoder(_Change)
+
+
+def _is_progress(value: bytes) -> bool:
+    try:
+        return _CHANGE.decode(value).type == BOOKMARK
+    except msgspec.DecodeError:
+        return False  # published as it is; the stages dead-letter it
+
+
 def run_publish(args: argparse.Namespace) -> int:
     """Keys and order are kept: one producer, records sent in file order, idempotent with
-    acks=all, so each partition receives its records in the order of the file."""
+    acks=all, so each partition receives its records in the order of the file. A progress
+    record (BOOKMARK, SPEC R12.2) goes to every partition of its topic, after everything
+    the file held before it."""
     if not args.trace.is_file():
         return _fail(f"trace file {args.trace} does not exist (give the path of a .jsonl trace)")
     try:
@@ -134,7 +150,12 @@ def run_publish(args: argparse.Namespace) -> int:
                 skipped += 1
                 print(f"faultline: line {number}: topic {record.topic!r} is not a source topic; skipped", file=sys.stderr)
                 continue
-            pending.append(producer.send(settings.topic(record.topic), key=record.key.encode(), value=bytes(record.value)))
+            topic, value = settings.topic(record.topic), bytes(record.value)
+            if _is_progress(value):
+                for partition in sorted(producer.partitions_for(topic)):
+                    pending.append(producer.send(topic, key=record.key.encode(), value=value, partition=partition))
+            else:
+                pending.append(producer.send(topic, key=record.key.encode(), value=value))
             sent += 1
         producer.flush()
         for future in pending:

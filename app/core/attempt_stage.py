@@ -18,6 +18,7 @@ import msgspec
 from app.core.attempt import AttemptId
 from app.core.child_pods import has_succeeded, is_selected
 from app.core.emit import Emit
+from app.core.progress import Watermarks
 from app.core.relevance import anchor_of, crd_failed_at, is_relevant, pod_task_failed_at
 from app.core.rules import Rules
 from app.core.verdict import BaseFailure, Outcome, classify, pod_base_failure
@@ -193,7 +194,7 @@ def _may_have_failed(state: AttemptState) -> bool:
 
 
 def fold_attempt(
-    state: AttemptState | None, key: str, fact: AttemptFact, rules: Rules
+    state: AttemptState | None, key: str, fact: AttemptFact, rules: Rules, marks: Watermarks
 ) -> tuple[AttemptState, list[Emit]]:
     if state is None:
         state = AttemptState(key=key, last_activity=fact.observed_at)

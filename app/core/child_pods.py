@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from app.model.facts import ContainerFacts, JobFacts, PodFacts
-
 from app.core.rules import OPERATOR_SELECTOR_LABELS
+from app.model.facts import ContainerFacts, JobFacts, PodFacts
 
 RAY_CLUSTER, KUBEFLOW_JOB_NAME, JOBSET_NAME, JOBSET_RESTART_ATTEMPT = OPERATOR_SELECTOR_LABELS
 

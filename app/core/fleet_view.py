@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from datetime import datetime
 from typing import Protocol
 
 import msgspec
@@ -26,11 +27,22 @@ class Lag(msgspec.Struct, frozen=True):
     lag: int
 
 
+class Watermark(msgspec.Struct, frozen=True):
+    """How far the driver knows a source topic of a cluster (SPEC R12.3): every record
+    of it observed before `at` has been read."""
+
+    cluster: str
+    topic: str
+    at: datetime
+
+
 class Counters(msgspec.Struct, frozen=True):
-    """What only the driver knows: input records per topic, and consumer lag when it has one."""
+    """What only the driver knows: input records per topic, consumer lag when it has
+    one, and its watermarks (R12.6)."""
 
     records: dict[str, int]
     lag: list[Lag] = []
+    watermarks: list[Watermark] = []
 
 
 class FleetView(Protocol):
@@ -58,6 +70,7 @@ class LiveFleet:
         records: Callable[[], Mapping[str, int]] | None = None,
         lag: Callable[[], list[Lag]] | None = None,
         pods: Callable[[str], list[PodEvidence]] | None = None,
+        watermarks: Callable[[], list[Watermark]] | None = None,
     ) -> None:
         """`records`, `lag` and `pods` let a driver that keeps those itself (a Faust
         worker) answer for them; by default inputs are counted with `count_input`."""
@@ -66,6 +79,7 @@ class LiveFleet:
         self._records = records
         self._lag = lag
         self._pods = pods
+        self._watermarks = watermarks
         self.records: Counter[str] = Counter()
 
     @property
@@ -96,7 +110,11 @@ class LiveFleet:
 
     def counters(self) -> Counters:
         records = self._records() if self._records is not None else self.records
-        return Counters(dict(sorted(records.items())), self._lag() if self._lag is not None else [])
+        return Counters(
+            dict(sorted(records.items())),
+            self._lag() if self._lag is not None else [],
+            self._watermarks() if self._watermarks is not None else [],
+        )
 
     def pods_of(self, attempt_key: str) -> list[PodEvidence]:
         return self._pods(attempt_key) if self._pods is not None else []

@@ -57,16 +57,17 @@ Choices where SPEC is silent:
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Literal
+from datetime import datetime, timedelta
+from typing import Literal, NamedTuple
 
 import msgspec
 
 from app.core import kueue
 from app.core.emit import Emit
+from app.core.progress import Watermarks
 from app.core.rules import Rules
 from app.model.decode import TypedEnvelope
-from app.model.envelope import ChangeType
+from app.model.envelope import JOBS, WORKLOADS, ChangeType
 from app.model.facts import GANG_INPUTS, GangInput
 from app.model.k8s import Condition, Job, Timestamp, Workload
 from app.model.records import GANG_EVICTED, GANG_TRANSITIONS, EvictionCause, GangState, GangTransition, PodRef, Retry
@@ -77,7 +78,6 @@ TERMINAL: frozenset[GangState] = frozenset({"Ended", "Completed"})
 PENDING = "waiting for gang admission"
 RUNNING = "running"
 READMITTED = "re-admitted by kueue; running"
-AWAITING_EVICTION = "waiting for Kueue to record the eviction"  # R9.6
 
 JOBSET_KIND = "JobSet"
 COMPLETED = "Completed"
@@ -171,14 +171,15 @@ class WorkloadTrack(msgspec.Struct, frozen=True, gc=False):
             end += 1
         return first, end
 
-    def eviction_for(self, since: datetime, until: datetime | None) -> tuple[int, int] | None:
-        """The eviction explaining a suspension seen at `since` (until the JobSet ran again at `until`)."""
+    def eviction_for(self, since: datetime, until: datetime | None, deadline: datetime) -> tuple[int, int] | None:
+        """The eviction explaining a suspension seen at `since`: in force then, or the first
+        recorded by `deadline` (R9.6) while the JobSet had not run again (at `until`)."""
         now = self.index_as_of(since)
         if now is not None and self.views[now].eviction is not None and not self.views[now].deleted:
             return self.episode(now)
         for k in range(0 if now is None else now + 1, len(self.views)):
             view = self.views[k]
-            if view.deleted or (until is not None and view.observed_at >= until):
+            if view.deleted or view.observed_at > deadline or (until is not None and view.observed_at >= until):
                 return None
             if view.eviction is not None:
                 return self.episode(k)
@@ -228,6 +229,8 @@ class GangStateData(msgspec.Struct, frozen=True, gc=False):
     workloads: tuple[WorkloadTrack, ...] = ()
     status: Status | None = None
     deleted_at: Timestamp | None = None  # the JobSet's DELETED record (R7.4)
+    steps: int = 0  # steps of `decide` emitted so far (each a transition)
+    blocked: bool = False  # a decision waits on progress (R12.4): settle it when a watermark moves
 
     @property
     def ended(self) -> bool:
@@ -257,13 +260,17 @@ def gang_input_of(change: ChangeType, observed_at: datetime, cluster: str, obj: 
     return Emit(GANG_INPUTS, key, GangInput(change, observed_at, cluster, jobset=jobset, workload=workload))
 
 
-def route_workload_record(_: None, __: str, envelope: TypedEnvelope[Workload], rules: Rules) -> tuple[None, list[Emit]]:
+def route_workload_record(
+    _: None, __: str, envelope: TypedEnvelope[Workload], rules: Rules, marks: Watermarks
+) -> tuple[None, list[Emit]]:
     """The jobs stage's fold for k8s.workloads: a JobSet's Workload to its gang (R9.1)."""
     gang = gang_input_of(envelope.type, envelope.observed_at, envelope.cluster, envelope.object)
     return None, [gang] if gang is not None else []
 
 
-def fold_gang(state: GangStateData | None, _: str, record: GangInput, rules: Rules) -> tuple[GangStateData | None, list[Emit]]:
+def fold_gang(
+    state: GangStateData | None, _: str, record: GangInput, rules: Rules, marks: Watermarks
+) -> tuple[GangStateData | None, list[Emit]]:
     obj = record.jobset if record.jobset is not None else record.workload
     assert obj is not None  # GangInput guarantees one of them
     uid = _jobset_uid(obj)
@@ -271,19 +278,30 @@ def fold_gang(state: GangStateData | None, _: str, record: GangInput, rules: Rul
         return state, []
     if state is None:
         state = GangStateData(cluster=record.cluster, uid=uid, last_seen=record.observed_at)
-    state = _observe(state, record, rules)
+    return _decided(_observe(state, record, rules), rules, marks)
+
+
+def settle_gang(state: GangStateData, _: str, rules: Rules, marks: Watermarks) -> tuple[GangStateData, list[Emit]]:
+    """R12.4: a watermark moved; decide again what was waiting on it."""
+    return _decided(state, rules, marks)
+
+
+def is_blocked(state: GangStateData) -> bool:
+    return state.blocked
+
+
+def _decided(state: GangStateData, rules: Rules, marks: Watermarks) -> tuple[GangStateData, list[Emit]]:
     if state.ended:
-        return state, []  # an ending is final (R7.1)
-    status = decide(state)
-    if status is None:
-        return state, []  # Workload held until its JobSet is known (R9.1)
-    old = state.status
-    if old is not None and old.same_as(status):
-        return state, []  # identical recomputation emits nothing
-    state = msgspec.structs.replace(state, status=status)
-    if old is None and status.state == "Pending":
-        return state, []
-    return state, [_transition(state, old, status, rules)]
+        return msgspec.structs.replace(state, blocked=False) if state.blocked else state, []  # an ending is final (R7.1)
+    steps, blocked = decide(state, Horizon.of(marks, state.cluster), rules.watch_skew)
+    emits = []
+    status = state.status
+    for step in steps[state.steps :]:  # R9.11: one record per state change, each once
+        emits.append(_transition(state, status, step, rules))
+        status = step
+    if emits or blocked != state.blocked:
+        state = msgspec.structs.replace(state, status=status, steps=max(state.steps, len(steps)), blocked=blocked)
+    return state, emits
 
 
 def gang_expired(state: GangStateData, stream_time: datetime, rules: Rules) -> bool:
@@ -437,39 +455,92 @@ def newest_workload(tracks: tuple[WorkloadTrack, ...]) -> WorkloadTrack | None:
 
 # --- Deciding ------------------------------------------------------------------------
 
-Step = tuple[Literal["final", "blocked", "resumed"], Status]
+# How a suspension stands: settled for good, over (the JobSet runs again), waiting for a
+# record (readmission), or blocked until progress shows what is still unknown.
+Step = tuple[Literal["final", "resumed", "waiting", "blocked"], list[Status]]
 
 
-def decide(state: GangStateData) -> Status | None:
-    """The status the observations support, replaying the JobSet's views in order."""
+class Horizon(NamedTuple):
+    """How far each topic is known for the gang's cluster (R12.4): its watermark."""
+
+    jobs: datetime | None
+    workloads: datetime | None
+
+    @classmethod
+    def of(cls, marks: Watermarks, cluster: str) -> Horizon:
+        return cls(marks.of(cluster, JOBS), marks.of(cluster, WORKLOADS))
+
+
+class _Known(NamedTuple):
+    """The JobSet's Workload (the newest, R9.1; None if none was seen) and how far it is known."""
+
+    track: WorkloadTrack | None
+    horizon: datetime | None
+
+    def through(self, t: datetime) -> bool:
+        """R12.4: the Workload as it stood at `t` is known: its own later record, or the
+        k8s.workloads watermark past `t`."""
+        if self.horizon is not None and self.horizon > t:
+            return True
+        return self.track is not None and self.track.known_after(t)
+
+    def view_at(self, t: datetime) -> WorkloadView | None:
+        """The Workload as it stood at `t` (None: not there, or not seen yet)."""
+        if self.track is None:
+            return None
+        k = self.track.index_as_of(t)
+        return self.track.views[k] if k is not None else None
+
+
+def decide(state: GangStateData, horizon: Horizon, skew: timedelta) -> tuple[list[Status], bool]:
+    """Every state the gang has passed through that the observations settle (from
+    Pending on, not included), replaying the JobSet's views in order, and whether the
+    rest is blocked until progress shows more (R12.4). A step is listed only once no
+    record still in flight can change it, so the list only grows: the transitions are
+    the same, in the same order, whatever order the records and progress arrive in."""
     if state.jobset is None:
-        return None
+        return [], False  # Workload records held until their JobSet is known (R9.1)
     views = state.jobset.views
-    workload = newest_workload(state.workloads)
-    status = Status("Pending", PENDING, views[0].observed_at)
-    started = held = False
+    workload = _Known(newest_workload(state.workloads), horizon.workloads)
+    steps: list[Status] = []
+    started = False
     i = 0
     while i < len(views):
         view = views[i]
         if view.deleted:
-            return status
+            return steps, False
         if view.end is not None:
-            return _jobset_ended(view.end, view.observed_at)  # R9.10
-        started = started or view.running or (held and not view.suspended)  # R9.3
+            return _step(steps, _jobset_ended(view.end, view.observed_at)), False  # R9.10
+        if not started and not view.running and not view.suspended:
+            # R9.3: resumed while its Workload, as it stood then, was admitted.
+            if not workload.through(view.observed_at):
+                return steps, True
+            admitted = workload.view_at(view.observed_at)
+            started = admitted is not None and admitted.readmitted
+        started = started or view.running
         if not started:
-            held = held or view.suspended
             i += 1
         elif not view.suspended:
-            if status.state == "Pending":
-                status = Status("Running", RUNNING, view.observed_at)
+            if not steps:
+                steps.append(Status("Running", RUNNING, view.observed_at))
             i += 1
         else:
             end = _end_of_suspension(views, i)
-            kind, status = _suspension(views[i:end], views[end] if end < len(views) else None, workload, status)
+            after = views[end] if end < len(views) else None
+            kind, taken = _suspension(views[i:end], after, workload, horizon.jobs, skew)
+            for status in taken:
+                _step(steps, status)
             if kind != "resumed":
-                return status
+                return steps, kind == "blocked"
             i = end
-    return status
+    return steps, False
+
+
+def _step(steps: list[Status], status: Status) -> list[Status]:
+    """A change of state, reason, code or retry is a step; the same status again is not."""
+    if not steps or not steps[-1].same_as(status):
+        steps.append(status)
+    return steps
 
 
 def _end_of_suspension(views: tuple[JobSetView, ...], i: int) -> int:
@@ -479,56 +550,55 @@ def _end_of_suspension(views: tuple[JobSetView, ...], i: int) -> int:
     return end
 
 
-def _suspension(run: tuple[JobSetView, ...], after: JobSetView | None, workload: WorkloadTrack | None, prior: Status) -> Step:
+def _suspension(
+    run: tuple[JobSetView, ...], after: JobSetView | None, workload: _Known, jobs: datetime | None, skew: timedelta
+) -> Step:
     """R9.4–R9.9 for one suspension of a started JobSet: `run` are its suspended views,
-    `after` the view that ended the suspension (running again, ended or deleted), if any."""
+    `after` the view that ended the suspension (running again, ended or deleted), if any;
+    `jobs` the k8s.jobs watermark. Returns how it stands and the steps it settled."""
     since = run[0].observed_at
     until = after.observed_at if after is not None else None
-    awaiting = Status("Running", AWAITING_EVICTION, since)  # R9.6
-    if workload is None:  # R9.7: none ever seen; the next JobSet observation decides
-        if len(run) > 1:
-            return "final", _evicted(None, run[1].observed_at)
-        return ("resumed", prior) if after is not None else ("blocked", awaiting)
-    if workload.known_after(since):  # R9.8: an inactive Workload is a deactivation, whatever its Evicted reason
-        before = workload.index_as_of(since)
-        if before is not None and workload.views[before].deactivated:
-            view = workload.views[before]
-            return "final", _evicted(kueue.classify_eviction(view.eviction, view.active), since)
-    episode = workload.eviction_for(since, until)
-    if episode is None:
-        return _no_eviction(workload, run, after, prior, awaiting)
-    first, end = episode
-    seen = workload.views[first].observed_at
-    if not _suspended_at(run, after, seen):
-        return "blocked", awaiting  # the JobSet may have run again before this eviction
-    decided = max(since, seen)
-    k = workload.index_as_of(decided, first, end)
-    assert k is not None  # views[first] was seen by `decided`
-    view = workload.views[k]
-    evicted = kueue.classify_eviction(view.eviction, view.active)
-    assert evicted is not None  # the view shows the eviction
-    if evicted.is_preemption and run[0].resume:
-        return _wait(workload, k, evicted, decided, after)  # R9.4 policy on
-    if not workload.known_after(decided):
-        return "blocked", awaiting  # a Workload record in flight could still reclassify it
-    return "final", _evicted(evicted, decided)  # R9.4 policy off, R9.5
+    deadline = since + skew  # R9.6: Kueue's eviction record may lag the JobSet's by this much
 
+    def suspended_through(t: datetime) -> bool:
+        """The JobSet is known to have stayed suspended until `t` (R12.4)."""
+        if t <= run[-1].observed_at or (until is not None and t < until):
+            return True
+        return until is None and jobs is not None and jobs > t
 
-def _suspended_at(run: tuple[JobSetView, ...], after: JobSetView | None, t: datetime) -> bool:
-    """Known (from the JobSet's own views) to be still suspended at `t`; False if unknown."""
-    return t <= run[-1].observed_at or (after is not None and t < after.observed_at)
-
-
-def _no_eviction(workload: WorkloadTrack, run: tuple[JobSetView, ...], after: JobSetView | None, prior: Status, awaiting: Status) -> Step:
-    since = run[0].observed_at
-    gone = workload.deleted_at
-    if gone is not None and _suspended_at(run, after, gone):
-        return "final", _evicted(None, max(since, gone))  # R9.7: deleted
-    if after is not None and workload.known_after(after.observed_at):
-        return "resumed", prior  # R9.6: the next observation found it running, nothing evicted it
+    track = workload.track
+    if track is not None and workload.through(since):
+        at_since = workload.view_at(since)
+        if at_since is not None and at_since.deactivated:  # R9.8 before anything else
+            return "final", [_evicted(kueue.classify_eviction(at_since.eviction, at_since.active), since)]
+    episode = track.eviction_for(since, until, deadline) if track is not None else None
+    if episode is not None and track is not None:
+        first, end = episode
+        seen = track.views[first].observed_at
+        if not suspended_through(seen):
+            return "blocked", []  # the JobSet may have run again before this eviction
+        decided = max(since, seen)
+        k = track.index_as_of(decided, first, end)
+        assert k is not None  # views[first] was seen by `decided`
+        view = track.views[k]
+        evicted = kueue.classify_eviction(view.eviction, view.active)
+        assert evicted is not None  # the view shows the eviction
+        if evicted.is_preemption and run[0].resume:
+            return _wait(track, k, evicted, decided, after)  # R9.4 policy on
+        if not workload.through(decided):
+            return "blocked", []  # a Workload record in flight could still reclassify it
+        return "final", [_evicted(evicted, decided)]  # R9.4 policy off, R9.5
+    gone = track.deleted_at if track is not None else None
+    if gone is not None and gone <= deadline and suspended_through(gone):
+        return "final", [_evicted(None, max(since, gone))]  # R9.7: deleted while suspended
     if not run[0].resume and not run[0].await_eviction:
-        return "final", _evicted(None, since)  # R9.6, policy off, Flyte's behaviour
-    return "blocked", awaiting
+        return "final", [_evicted(None, since)]  # R9.6, policy off without the wait (Flyte's)
+    if until is not None and until <= deadline:
+        # Running again before Kueue could have recorded an eviction: nothing evicted it.
+        return ("resumed", []) if workload.through(until) else ("blocked", [])
+    if suspended_through(deadline) and workload.through(deadline):
+        return "final", [_evicted(None, deadline)]  # R9.6, R9.7: no eviction, or no Workload, recorded in time
+    return "blocked", []
 
 
 def _wait(workload: WorkloadTrack, k: int, evicted: kueue.Classified, began: datetime, after: JobSetView | None) -> Step:
@@ -537,19 +607,19 @@ def _wait(workload: WorkloadTrack, k: int, evicted: kueue.Classified, began: dat
     waiting = Status("WaitingForReadmission", kueue.waiting_reason(evicted), began, cause=_cause(evicted))
     j = workload.exit_after(k)
     if j is None:
-        return "blocked", waiting
+        return "waiting", [waiting]
     exit_ = workload.views[j]
     at = max(began, exit_.observed_at)
     if exit_.deleted:
-        return "final", _evicted(None, at)
+        return "final", [waiting, _evicted(None, at)]
     if exit_.deactivated:
-        return "final", _evicted(kueue.classify_eviction(exit_.eviction, exit_.active), at)
+        return "final", [waiting, _evicted(kueue.classify_eviction(exit_.eviction, exit_.active), at)]
     if after is None:
-        return "blocked", waiting  # Evicted False but the JobSet is still suspended
+        return "waiting", [waiting]  # Evicted False but the JobSet is still suspended
     if after.suspended or after.end is not None or after.deleted:
-        return "resumed", waiting
+        return "resumed", [waiting]
     resumed = max(exit_.observed_at, after.observed_at)
-    return "resumed", Status("Running", READMITTED, resumed, waited_seconds=(resumed - began).total_seconds())
+    return "resumed", [waiting, Status("Running", READMITTED, resumed, waited_seconds=(resumed - began).total_seconds())]
 
 
 def _evicted(evicted: kueue.Classified | None, at: datetime) -> Status:

@@ -9,6 +9,7 @@ from app.core.attempt import attempt_of
 from app.core.child_pods import TRACKED_GROUPS, TRACKED_KINDS
 from app.core.emit import Emit
 from app.core.gang import gang_input_of
+from app.core.progress import Watermarks
 from app.core.rules import Rules
 from app.core.verdict import crd_failure_of, is_completed
 from app.model.decode import TypedEnvelope
@@ -45,7 +46,7 @@ def route_job(change: ChangeType, observed_at: datetime, cluster: str, job: Job,
     return [Emit(ATTEMPT_FACTS, attempt.key, job_facts_of(change, observed_at, cluster, job))]
 
 
-def route_job_record(_: None, __: str, envelope: TypedEnvelope[Job], rules: Rules) -> tuple[None, list[Emit]]:
+def route_job_record(_: None, __: str, envelope: TypedEnvelope[Job], rules: Rules, marks: Watermarks) -> tuple[None, list[Emit]]:
     """The jobs stage's fold for k8s.jobs: to the attempt (R1), and a JobSet to its gang (R9)."""
     change, at, cluster, job = envelope.type, envelope.observed_at, envelope.cluster, envelope.object
     emits = route_job(change, at, cluster, job, rules)

@@ -16,6 +16,7 @@ from app.core.attempt import attempt_of, is_child_pod
 from app.core.child_pods import declared_primary
 from app.core.emit import Emit
 from app.core.fault_events import FaultEvent, fault_event_of, is_trusted, merge_updates
+from app.core.progress import Watermarks
 from app.core.rules import Rules
 from app.core.xid import XidTable
 from app.model.decode import TypedEnvelope
@@ -190,7 +191,9 @@ def key_of_event(_: str, envelope: TypedEnvelope[Event]) -> str | None:
     return pod_key(envelope.cluster, uid) if uid else None
 
 
-def fold_pod(state: PodState | None, _: str, envelope: TypedEnvelope[Pod], rules: Rules) -> tuple[PodState | None, list[Emit]]:
+def fold_pod(
+    state: PodState | None, _: str, envelope: TypedEnvelope[Pod], rules: Rules, marks: Watermarks
+) -> tuple[PodState | None, list[Emit]]:
     change, observed_at, cluster, pod = envelope.type, envelope.observed_at, envelope.cluster, envelope.object
     uid = pod.metadata.uid
     if state is None:
@@ -217,7 +220,9 @@ def _digest(change: ChangeType, pod: Pod) -> int:
     return (zlib.crc32(view) << 32 | zlib.adler32(view)) ^ (change == "DELETED")
 
 
-def fold_event(state: PodState | None, _: str, envelope: TypedEnvelope[Event], rules: Rules) -> tuple[PodState | None, list[Emit]]:
+def fold_event(
+    state: PodState | None, _: str, envelope: TypedEnvelope[Event], rules: Rules, marks: Watermarks
+) -> tuple[PodState | None, list[Emit]]:
     observed_at, cluster, event = envelope.observed_at, envelope.cluster, envelope.object
     # A deleted Event (its TTL ran out) still happened: the log keeps the fault.
     fault = fault_event_of(event, rules.xid)

@@ -67,6 +67,9 @@ class Rules(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True):
     # R9.6 with the policy off: wait for Kueue to record the eviction before ending, as
     # with the policy on (order independent); false ends at once as `system` (Flyte).
     await_eviction_with_policy_off: bool = True
+    # R9.6, R9.7: how long after a JobSet is seen suspended Kueue's eviction may still be
+    # recorded (the two watches deliver with independent delays).
+    watch_skew_seconds: Seconds = 10
     child_pod_labels: tuple[str, ...] = DEFAULT_CHILD_POD_LABELS
     # R3: the Xid table is part of the rule set.
     xid: XidTable = DEFAULT_XID_TABLE
@@ -78,6 +81,10 @@ class Rules(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True):
     @cached_property
     def slack(self) -> timedelta:
         return timedelta(seconds=self.slack_seconds)
+
+    @cached_property
+    def watch_skew(self) -> timedelta:
+        return timedelta(seconds=self.watch_skew_seconds)
 
     @cached_property
     def retention(self) -> timedelta:

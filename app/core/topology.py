@@ -31,18 +31,21 @@ import msgspec
 
 from app.core.attempt_stage import AttemptState, attempt_expired, fold_attempt
 from app.core.emit import Emit
-from app.core.gang import GangStateData, fold_gang, gang_expired, route_workload_record
+from app.core.gang import GangStateData, fold_gang, gang_expired, is_blocked, route_workload_record, settle_gang
 from app.core.job_facts import route_job_record
 from app.core.pod_stage import PodState, fold_event, fold_pod, key_of_event, key_of_pod, pod_state_expired
+from app.core.progress import Watermarks
 from app.core.rules import Rules
 from app.model.decode import TypedEnvelope, decode_internal, decode_source
-from app.model.envelope import EVENTS, JOBS, PODS, WORKLOADS
-from app.model.facts import ATTEMPT_FACTS, GANG_INPUTS, INTERNAL_TOPICS, AttemptFact, GangInput
+from app.model.envelope import BOOKMARK, EVENTS, JOBS, PODS, WORKLOADS
+from app.model.facts import ATTEMPT_FACTS, GANG_INPUTS, INTERNAL_TOPICS, AttemptFact, GangInput, Progress
 from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, FAULTS, GANG_TRANSITIONS
 
-StageRecord = TypedEnvelope | AttemptFact | GangInput
-# (state or None, state key, record, rules) -> (new state or None, records to write)
-Fold = Callable[[Any, str, Any, Rules], tuple[Any, list[Emit]]]
+StageRecord = TypedEnvelope | AttemptFact | GangInput | Progress
+# (state or None, state key, record, rules, the stage's watermarks) -> (new state or None, records to write)
+Fold = Callable[[Any, str, Any, Rules, Watermarks], tuple[Any, list[Emit]]]
+# (state, state key, rules, watermarks) -> the same, decided again on progress (R12.4)
+Settle = Callable[[Any, str, Rules, Watermarks], tuple[Any, list[Emit]]]
 
 
 class Input(msgspec.Struct, frozen=True):
@@ -59,6 +62,10 @@ class Stage(msgspec.Struct, frozen=True):
     outputs: tuple[str, ...]  # logical topics (dead letters aside: every stage may write them)
     state: type | None = None  # None: a stateless router
     expired: Callable[[Any, datetime, Rules], bool] | None = None  # SPEC R7.4
+    # R12.4: a state that waits on progress (`blocked`) is decided again (`settle`) when
+    # a watermark of its cluster moves.
+    blocked: Callable[[Any], bool] | None = None
+    settle: Settle | None = None
 
     @property
     def topics(self) -> tuple[str, ...]:
@@ -95,6 +102,8 @@ GANGS_STAGE = Stage(
     outputs=(GANG_TRANSITIONS,),
     state=GangStateData,
     expired=gang_expired,
+    blocked=is_blocked,
+    settle=settle_gang,
 )
 
 STAGES: tuple[Stage, ...] = (PODS_STAGE, JOBS_STAGE, ATTEMPTS_STAGE, GANGS_STAGE)
@@ -118,11 +127,41 @@ class Failed(NamedTuple):
     reason: str
 
 
-def apply(stage: Stage, fold: Fold, state: Any, key: str, record: StageRecord, rules: Rules) -> tuple[Any, list[Emit]] | Failed:
+def apply(
+    stage: Stage, fold: Fold, state: Any, key: str, record: StageRecord, rules: Rules, marks: Watermarks
+) -> tuple[Any, list[Emit]] | Failed:
     """Fold one record: (the key's new state, or None to keep none; the records to write).
     A fold that raises (a bug, or input the rules never expected) fails this record
     only: the driver dead-letters it with the `Failed` reason and goes on."""
     try:
-        return fold(state, key, record, rules)
+        return fold(state, key, record, rules, marks)
     except Exception as exc:  # noqa: BLE001 - any failure of one record must not stop the stage
         return Failed(f"stage {stage.name} failed on this record: {type(exc).__name__}: {exc}")
+
+
+def settle(stage: Stage, state: Any, key: str, rules: Rules, marks: Watermarks) -> tuple[Any, list[Emit]] | Failed:
+    """`apply` for a state decided again on progress (R12.4), under the same policy."""
+    assert stage.settle is not None
+    try:
+        return stage.settle(state, key, rules, marks)
+    except Exception as exc:  # noqa: BLE001 - one state's failure must not stop the stage
+        return Failed(f"stage {stage.name} failed to settle {key}: {type(exc).__name__}: {exc}")
+
+
+# --- progress (SPEC R12) -------------------------------------------------------------------
+
+
+def progress_in(record: StageRecord) -> bool:
+    """Is this record progress (a source BOOKMARK or a forwarded `Progress`), not a change?"""
+    return isinstance(record, Progress) or getattr(record, "type", None) == BOOKMARK
+
+
+def forwarded(stage: Stage, progress: Progress) -> list[Emit]:
+    """R12.3: what a stage writes on progress: the same progress to every partition of
+    each internal topic it writes, so the next stage computes the same watermark. The
+    drivers send a `Progress` value to every partition (`to_every_partition`)."""
+    return [Emit(topic, progress.topic, progress) for topic in stage.outputs if topic in INTERNAL_TOPICS]
+
+
+def to_every_partition(emit: Emit) -> bool:
+    return isinstance(emit.value, Progress)

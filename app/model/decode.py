@@ -7,8 +7,8 @@ from typing import Generic, TypeVar
 
 import msgspec
 
-from app.model.envelope import EVENTS, JOBS, PODS, WORKLOADS, ChangeType
-from app.model.facts import ATTEMPT_FACTS, GANG_INPUTS, AttemptFact, GangInput
+from app.model.envelope import BOOKMARK, EVENTS, JOBS, PODS, WORKLOADS, RecordType
+from app.model.facts import ATTEMPT_FACTS, GANG_INPUTS, AttemptInput, GangStageInput
 from app.model.k8s import Event, Job, Pod, Timestamp, Workload
 
 SourceObject = Pod | Event | Job | Workload
@@ -18,7 +18,7 @@ T = TypeVar("T")
 class TypedEnvelope(msgspec.Struct, Generic[T], frozen=True, gc=False):
     """The envelope with its object decoded as the view its topic names."""
 
-    type: ChangeType
+    type: RecordType
     observed_at: Timestamp
     cluster: str
     object: T
@@ -48,6 +48,8 @@ _UNREADABLE = (msgspec.DecodeError, RecursionError)
 def _checked(topic: str, envelope: TypedEnvelope) -> TypedEnvelope:
     if not envelope.cluster or "/" in envelope.cluster:
         raise BadRecord(f"envelope: cluster {envelope.cluster!r} must be a non-empty name without '/'")
+    if envelope.type == BOOKMARK:
+        return envelope  # progress (SPEC R12.1): no object state
     if topic != EVENTS and not envelope.object.metadata.uid:
         raise BadRecord(f"{_OBJECT_TYPES[topic].__name__} object: metadata.uid is missing or empty")
     return envelope
@@ -68,11 +70,11 @@ def decode_source(topic: str, value: bytes) -> tuple[TypedEnvelope, SourceObject
     return _checked(topic, envelope), envelope.object
 
 
-_INTERNAL = {ATTEMPT_FACTS: msgspec.json.Decoder(AttemptFact), GANG_INPUTS: msgspec.json.Decoder(GangInput)}
+_INTERNAL = {ATTEMPT_FACTS: msgspec.json.Decoder(AttemptInput), GANG_INPUTS: msgspec.json.Decoder(GangStageInput)}
 _INTERNAL_ENCODER = msgspec.json.Encoder()
 
 
-def decode_internal(topic: str, value: bytes) -> AttemptFact | GangInput:
+def decode_internal(topic: str, value: bytes) -> AttemptInput | GangStageInput:
     """A record of an internal re-key topic, as a stage wrote it (`encode_internal`)."""
     decoder = _INTERNAL.get(topic)
     if decoder is None:
@@ -85,7 +87,7 @@ def decode_internal(topic: str, value: bytes) -> AttemptFact | GangInput:
         raise BadRecord(f"{topic} record: {exc}") from None
 
 
-def encode_internal(value: AttemptFact | GangInput) -> bytes:
+def encode_internal(value: AttemptInput | GangStageInput) -> bytes:
     return _INTERNAL_ENCODER.encode(value)
 
 

@@ -5,7 +5,7 @@ so they are plain tagged Structs like every other record.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 
 import msgspec
 
@@ -19,6 +19,8 @@ ATTEMPT_FACTS = "faultline.attempt-facts"
 # the job router (JobSets, Workloads) -> the gang stage, keyed by gang key.
 GANG_INPUTS = "faultline.gang-inputs"
 INTERNAL_TOPICS = (ATTEMPT_FACTS, GANG_INPUTS)
+# Infinity in stream time: the end of a trace (SPEC R12.3).
+END_OF_TIME = datetime.max.replace(tzinfo=timezone.utc)
 
 
 class ContainerFacts(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
@@ -90,7 +92,7 @@ class JobFacts(msgspec.Struct, frozen=True, omit_defaults=True, tag="JobFacts", 
 AttemptFact = PodFacts | JobFacts
 
 
-class GangInput(msgspec.Struct, frozen=True, gc=False):
+class GangInput(msgspec.Struct, frozen=True, gc=False, tag="GangInput", tag_field="fact"):
     """A `faultline.gang-inputs` value: one JobSet or Workload record for the gang fold
     (SPEC R9), its object reduced to the slim view the rules read."""
 
@@ -106,3 +108,23 @@ class GangInput(msgspec.Struct, frozen=True, gc=False):
                 "GangInput needs exactly one of jobset or workload, got "
                 f"jobset={self.jobset is not None} workload={self.workload is not None}"
             )
+
+
+class Progress(msgspec.Struct, frozen=True, gc=False, tag="Progress", tag_field="fact"):
+    """SPEC R12.3: progress of one source partition, forwarded by a stage to every
+    partition of its internal topics: the bridge of `cluster` has published (and Kafka
+    acknowledged) every change of `topic` it received before `observed_at`, and the
+    forwarding stage has written everything it read of `topic`[`partition`] before that.
+    `partitions` is the source topic's partition count. `final`: the end of the input
+    (a trace): nothing more will come on any partition, the watermark is infinite."""
+
+    cluster: str
+    topic: str
+    partition: int
+    partitions: int
+    observed_at: Timestamp
+    final: bool = False
+
+
+AttemptInput = AttemptFact | Progress  # a faultline.attempt-facts value
+GangStageInput = GangInput | Progress  # a faultline.gang-inputs value

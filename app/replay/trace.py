@@ -44,10 +44,13 @@ def read_lines(path: Path) -> Iterator[tuple[int, bytes]]:
                 yield number, line
 
 
-def replay(lines: Iterable[tuple[int, bytes]], pipeline: Pipeline, seen: Callable[[str], None] | None = None) -> Iterator[Emit]:
+def replay(
+    lines: Iterable[tuple[int, bytes]], pipeline: Pipeline, seen: Callable[[str], None] | None = None, *, finish: bool = True
+) -> Iterator[Emit]:
     """Feed trace lines through the pipeline; a bad line becomes a dead letter (R11.1)
-    whose `offset` is its line number, and the replay goes on. `seen` is told each
-    line's topic (for counters)."""
+    whose `offset` is its line number, and the replay goes on. The end of the lines is
+    the end of the input (`finish`: every pending decision is taken, R12.3) unless
+    `finish=False` (more lines to come). `seen` is told each line's topic (for counters)."""
     for number, line in lines:
         fast = decode_trace_line(line)
         if fast is not None:
@@ -67,3 +70,5 @@ def replay(lines: Iterable[tuple[int, bytes]], pipeline: Pipeline, seen: Callabl
         if seen is not None:
             seen(record.topic)
         yield from pipeline.feed(record.topic, record.key, bytes(record.value), offset=number)
+    if finish:
+        yield from pipeline.finish()

@@ -36,6 +36,7 @@ from mode import CrashingSupervisor
 
 from app.core.dead_letters import dead_letter
 from app.core.emit import Emit
+from app.core.topology import to_every_partition
 from app.settings import Settings
 from app.stream.codecs import ORIGIN_HEADER, Origin, Position, encode
 from app.stream.continuity import CommittedOffsets, Continuity
@@ -196,16 +197,23 @@ class Delivery:
                     await self.app.crash(exc)
                     return
 
-    async def send(self, emits: list[Emit], origin: Origin, batch: Batch) -> None:
-        """Send every output; the batch waits for Kafka's acknowledgements (step 4)."""
-        for index, emit in enumerate(emits):
-            headers = None
-            if emit.topic in self.rekey:
-                tagged = Origin(origin.topic, origin.partition, Position(origin.position.offset, index))
-                headers = [(ORIGIN_HEADER, tagged.header())]
+    async def send(self, emits: list[Emit], origin: Origin, batch: Batch, index: int = 0) -> int:
+        """Send every output; the batch waits for Kafka's acknowledgements (step 4).
+        Progress goes to every partition of its topic (SPEC R12.3). `index` numbers the
+        records `origin` caused (a re-keyed record's position); returns the next one."""
+        for emit in emits:
             value = emit.value if isinstance(emit.value, bytes) else encode(emit.value)
-            batch.sends.append(await self.out[emit.topic].send(key=emit.key.encode(), value=value, headers=headers))
+            topic = self.out[emit.topic]
+            targets = range(self.settings.partitions) if to_every_partition(emit) else (None,)
+            for partition in targets:
+                headers = None
+                if emit.topic in self.rekey:
+                    tagged = Origin(origin.topic, origin.partition, Position(origin.position.offset, index))
+                    headers = [(ORIGIN_HEADER, tagged.header())]
+                batch.sends.append(await topic.send(key=emit.key.encode(), value=value, partition=partition, headers=headers))
+                index += 1
         self.counts["outputs"] += len(emits)
+        return index
 
     async def dead_letter(self, message: faust.types.Message, reason: str, batch: Batch) -> None:
         """SPEC R11.1: where the bad record is (its Kafka topic, partition and offset) and why."""

@@ -24,15 +24,15 @@ from faust.streams import current_event
 
 from app.core.emit import Emit
 from app.core.fleet import FleetSettings, FleetState, PodEvidence, attempt_pods, fold_fleet
-from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, FAULTS, GANG_TRANSITIONS, OutputRecord
+from app.core.fleet_view import Counters, Watermark
 from app.model.fleet_records import DERIVED_TOPICS
+from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, FAULTS, GANG_TRANSITIONS, OutputRecord
 from app.stream.agents import Stages
 from app.stream.codecs import Origin, Position, encode
 from app.stream.delivery import Batch, origin_of, upstream_origin
+from app.stream.lag import consumer_lag
 from app.stream.tables import StateTable
 from app.stream.topics import FLEET_INPUTS
-from app.core.fleet_view import Counters
-from app.stream.lag import consumer_lag
 
 log = logging.getLogger("faultline.stream")
 
@@ -177,7 +177,8 @@ class FleetStage:
     def counters(self) -> Counters:
         app, d = self.stages.app, self.stages.delivery
         lag = consumer_lag(app.consumer, app.consumer._read_offset, d.logical) if app.consumer is not None else []
-        return Counters(dict(sorted(d.records.items())), lag)
+        marks = [Watermark(cluster, topic, at) for cluster, topic, at in self.stages.watermark_rows()]
+        return Counters(dict(sorted(d.records.items())), lag, marks)
 
     def pods_of(self, attempt_key: str) -> list[PodEvidence]:
         """Only for attempts whose attempt-stage partition this worker holds."""

@@ -3,9 +3,8 @@
 Values are `codecs.Entry` JSON bytes, decoded on every read. A fold's new value is held
 in `pending` until its batch's outputs are acknowledged (delivery.py), and
 reads see it there first; `flush` then writes it to the store and the changelog.
-Decoding from bytes on every read keeps the stored value intact if a fold raises half
-way through mutating its state. Stream time is kept per table
-partition: the latest `observed_at` folded into that partition. A worker that replays a
+Stream time is kept per table partition and cluster (SPEC R12.5: the stage's watermark,
+else the latest `observed_at` folded into that partition): a worker that replays a
 backlog reads its partitions at different speeds, so one worker-wide maximum would let a
 fast partition expire the state of a slow one before that one's own records arrive.
 """
@@ -20,7 +19,6 @@ from typing import Generic, TypeVar
 
 import faust
 import msgspec
-
 from faust.streams import current_event
 
 from app.stream.codecs import Entry, Origin, Position, encode, entry_decoder
@@ -33,15 +31,28 @@ log = logging.getLogger("faultline.stream")
 
 class StateTable(Generic[S]):
     def __init__(
-        self, table: faust.Table, state_type: type, expired: Callable[[S, datetime], bool], *, compressed: bool = False
+        self,
+        table: faust.Table,
+        state_type: type,
+        expired: Callable[[S, datetime], bool],
+        *,
+        blocked: Callable[[S], bool] | None = None,
+        compressed: bool = False,
     ) -> None:
-        """`compressed`: values are zlib-compressed JSON (for a state that is one large
-        value: a changelog record must stay under the broker's message size limit)."""
+        """`blocked`: does a state wait on progress (SPEC R12.4); the table keeps an index
+        of those keys per partition. `compressed`: values are zlib-compressed JSON (for a
+        state that is one large value: a changelog record must stay under the broker's
+        message size limit)."""
         self.table = table
         self._compressed = compressed
         self._decoder = entry_decoder(state_type)
         self._expired = expired
-        self.stream_time: dict[int, datetime] = {}
+        self._blocked = blocked
+        # Latest record time per table partition and cluster (stream time without progress).
+        self.latest: dict[int, dict[str, datetime]] = {}
+        # Keys of blocked states per table partition, built by one scan per assignment.
+        self._blocked_keys: dict[int, set[str]] = {}
+        self._generation: int | None = None
         # Folded but not yet written: key -> (the event folded last, encoded Entry).
         self.pending: dict[bytes, tuple[faust.types.EventT, bytes]] = {}
 
@@ -71,6 +82,31 @@ class StateTable(Generic[S]):
         partition = event.message.partition
         raw = encode(Entry(partition=partition, positions=positions, state=state))
         self.pending[key.encode()] = (event, zlib.compress(raw, 1) if self._compressed else raw)
+        index = self._blocked_keys.get(partition)
+        if index is not None and self._blocked is not None:
+            if self._blocked(state):
+                index.add(key)
+            else:
+                index.discard(key)
+
+    def blocked_keys(self, partition: int, cluster: str, generation: int) -> list[str]:
+        """Keys of `cluster` in `partition` whose state waits on progress, in key order.
+        The index is built by one scan of the stored entries per partition, again after a
+        rebalance (`generation`: another worker may have changed them meanwhile)."""
+        if self._blocked is None:
+            return []
+        if generation != self._generation:
+            self._generation, self._blocked_keys = generation, {}
+        index = self._blocked_keys.get(partition)
+        if index is None:
+            index = self._blocked_keys[partition] = set()
+            for raw_key in list(self.table.data.keys()) + list(self.pending):
+                key = raw_key.decode()
+                entry = self.get(key)
+                if entry is not None and entry.partition == partition and self._blocked(entry.state):
+                    index.add(key)
+        prefix = f"{cluster}/"
+        return sorted(k for k in index if k.startswith(prefix))
 
     def _load(self, raw: bytes) -> Entry[S]:
         return self._decoder.decode(zlib.decompress(raw) if self._compressed else raw)
@@ -85,15 +121,17 @@ class StateTable(Generic[S]):
         self.pending.clear()
         return written
 
-    def advance(self, partition: int, at: datetime) -> None:
-        known = self.stream_time.get(partition)
+    def advance(self, partition: int, cluster: str, at: datetime) -> None:
+        latest = self.latest.setdefault(partition, {})
+        known = latest.get(cluster)
         if known is None or at > known:
-            self.stream_time[partition] = at
+            latest[cluster] = at
 
-    def sweep(self) -> int:
-        """Drop every entry the core says has expired at its partition's stream time.
-        Runs from a timer, outside any event, so it writes the tombstones itself."""
-        if not self.stream_time:
+    def sweep(self, now: Callable[[int, str], datetime | None]) -> int:
+        """Drop every entry the core says has expired at the stream time `now(partition,
+        cluster)` of its partition and cluster (keys start with the cluster). Runs from a
+        timer, outside any event, so it writes the tombstones itself."""
+        if not self.latest:
             return 0
         expired: list[tuple[bytes, int]] = []
         for key, raw in list(self.table.data.items()):
@@ -104,10 +142,11 @@ class StateTable(Generic[S]):
             except (msgspec.DecodeError, zlib.error):
                 log.warning("table %s: undecodable entry for key %r left in place", self.name, key)
                 continue
-            now = self.stream_time.get(entry.partition)
-            if now is not None and self._expired(entry.state, now):
+            at = now(entry.partition, key.decode("utf-8", "replace").partition("/")[0])
+            if at is not None and self._expired(entry.state, at):
                 expired.append((key, entry.partition))
         for key, partition in expired:
             del self.table.data[key]
+            self._blocked_keys.get(partition, set()).discard(key.decode("utf-8", "replace"))
             self.table.send_changelog(partition, key, None, key_serializer="raw", value_serializer="raw")
         return len(expired)

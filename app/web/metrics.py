@@ -3,6 +3,7 @@ a client library (DESIGN.md: dependencies are chosen, not accumulated)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 
 from app.core.fleet import SEVERITIES
@@ -43,10 +44,13 @@ METRICS = (
     "faultline_readmission_wait_seconds",
     "faultline_gangs_waiting",
     "faultline_stream_time_seconds",
+    "faultline_watermark_lag_seconds",
 )
 
 
-def render_metrics(view: FleetView) -> str:
+def render_metrics(view: FleetView, now: float | None = None) -> str:
+    """`now`: the wall clock (Unix seconds) the watermark lag is measured against."""
+    now = time.time() if now is None else now
     state, counters = view.state, view.counters()
     lines: list[str] = []
     _family(lines, "faultline_records_total", "counter", "Source records processed, by topic.",
@@ -80,6 +84,10 @@ def render_metrics(view: FleetView) -> str:
         waiting[wait.queue] = waiting.get(wait.queue, 0) + 1
     _family(lines, "faultline_gangs_waiting", "gauge", "Gangs waiting for readmission now, by queue.",
             [({"cluster": q.split("/", 1)[0], "queue": q.split("/", 1)[1]}, n) for q, n in sorted(waiting.items())])
+    if counters.watermarks:
+        _family(lines, "faultline_watermark_lag_seconds", "gauge",
+                "How far the watermark of each source topic trails the wall clock (SPEC R12.6): a stalled bridge or partition grows it.",
+                [({"cluster": w.cluster, "topic": w.topic}, round(max(0.0, now - w.at.timestamp()), 3)) for w in counters.watermarks])
     if state.stream_time is not None:
         _family(lines, "faultline_stream_time_seconds", "gauge", "The latest record time folded (Unix seconds): how current the view is.",
                 [({}, state.stream_time.timestamp())])

@@ -87,6 +87,7 @@ PAGE = r"""<!doctype html>
   <div class="spacer"></div>
   <div class="meta" id="window"></div>
   <div class="meta" id="asof">stream time —</div>
+  <div class="meta" id="watermarks" title="how far each cluster's bridge is known to have published (SPEC R12)"></div>
   <div class="meta"><span class="dot" id="dot"></span><span id="status">connecting…</span></div>
 </header>
 <main>
@@ -315,9 +316,12 @@ document.addEventListener("keydown", (e) => { if (e.key === "Escape") closeEvide
 let last = null;
 async function refresh() {
   try {
-    const [fleet, verdicts] = await Promise.all([getJSON("api/fleet"), getJSON("api/verdicts?limit=10")]);
+    const [fleet, verdicts, marks] = await Promise.all([getJSON("api/fleet"), getJSON("api/verdicts?limit=10"), getJSON("api/progress")]);
     last = fleet;
     $("asof").textContent = "stream time " + when(fleet.stream_time);
+    const least = {};
+    for (const m of marks) if (!(m.cluster in least) || m.at < least[m.cluster]) least[m.cluster] = m.at;
+    $("watermarks").textContent = Object.keys(least).sort().map((c) => `${c} watermark ${least[c].startsWith("9999") ? "end of input" : when(least[c])}`).join(" · ");
     $("window").textContent = `history ${fleet.history_hours} h`;
     $("hours-note").textContent = fleet.hours.length ? `${when(fleet.hours[0].hour)} → ${hhmm(fleet.hours[fleet.hours.length - 1].hour)}` : "";
     renderKpis(fleet);

@@ -89,6 +89,11 @@ async def attempt(request: web.Request) -> web.Response:
     return _json(evidence)
 
 
+async def progress(request: web.Request) -> web.Response:
+    """The driver's watermarks per cluster and source topic (SPEC R12.6)."""
+    return _json(_view(request).counters().watermarks)
+
+
 async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=render_metrics(_view(request)).encode(), headers={"Content-Type": CONTENT_TYPE})
 
@@ -104,6 +109,7 @@ def make_web_app(view: FleetView) -> web.Application:
     app.router.add_get("/api/queues", queues)
     app.router.add_get("/api/quarantine", quarantine)
     app.router.add_get("/api/verdicts", verdicts)
+    app.router.add_get("/api/progress", progress)
     app.router.add_get("/api/attempts/{key:.*}", attempt)
     app.router.add_get("/metrics", metrics)
     return app

@@ -34,7 +34,18 @@ from app.model.fleet_records import (
 )
 from app.replay.pipeline import Pipeline
 from app.replay.trace import encode_output, read_lines, replay
-from tests.fleet.records import PREEMPTED_ENDING, T0, TIMEOUT_ENDING, dead_letter, fault, gpu_fault, hours, minutes, transition, verdict
+from tests.fleet.records import (
+    PREEMPTED_ENDING,
+    T0,
+    TIMEOUT_ENDING,
+    dead_letter,
+    fault,
+    gpu_fault,
+    hours,
+    minutes,
+    transition,
+    verdict,
+)
 
 MIXED = Path(__file__).resolve().parents[2] / "examples" / "traces" / "mixed.jsonl"
 

@@ -11,13 +11,13 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from app.cli.fleet import pipeline_pods, replay_counted
+from app.core.fleet_view import Lag, LiveFleet, Watermark
 from app.replay.pipeline import Pipeline
 from app.replay.trace import read_lines
 from app.stream.lag import consumer_lag
 from app.web.faust_mount import mount
 from app.web.metrics import METRICS
 from app.web.server import make_web_app
-from app.core.fleet_view import Lag, LiveFleet
 from tests.fleet import promtext
 from tests.fleet.records import PREEMPTED_ENDING, T0, dead_letter, hours, minutes, transition
 
@@ -29,8 +29,12 @@ def fed_view() -> LiveFleet:
     """The mixed example, two gangs preempted (one readmitted after 15 min), a dead letter,
     and a consumer lag as a Faust worker would report it."""
     pipeline = Pipeline()
-    live = LiveFleet(pods=lambda key: pipeline_pods(pipeline, key), lag=lambda: [Lag("k8s.pods", 0, 12), Lag("k8s.pods", 1, 0)])
-    for emit in replay_counted(read_lines(MIXED), pipeline, live):
+    live = LiveFleet(
+        pods=lambda key: pipeline_pods(pipeline, key),
+        lag=lambda: [Lag("k8s.pods", 0, 12), Lag("k8s.pods", 1, 0)],
+        watermarks=lambda: [Watermark(c, t, at) for c, t, at in pipeline.watermarks()],
+    )
+    for emit in replay_counted(read_lines(MIXED), pipeline, live, finish=False):
         live.observe(emit)
     for emit in (
         transition("a", to="WaitingForReadmission", at=T0 + hours(1)),
@@ -159,8 +163,8 @@ def test_metrics_in_prometheus_text_format(view: LiveFleet) -> None:
     types, samples = promtext.parse(text)
     assert set(types) == set(METRICS)  # every family exposed when there is data for it
     v = promtext.value
-    assert v(samples, "faultline_records_total", topic="k8s.pods") == 39
-    assert v(samples, "faultline_records_total", topic="k8s.events") == 11
+    assert v(samples, "faultline_records_total", topic="k8s.pods") == 39 + 11  # changes and progress records
+    assert v(samples, "faultline_records_total", topic="k8s.events") == 11 + 11
     assert v(samples, "faultline_dead_letters_total") == 1
     assert v(samples, "faultline_verdicts_total", code="GpuEccUncorrectable", kind="SYSTEM") == 2
     assert v(samples, "faultline_verdicts_total", code="Error", kind="USER") == 3  # every record, revisions too

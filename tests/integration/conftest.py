@@ -271,17 +271,12 @@ class Outputs:
     """The final state of the output topics, as a consumer keeping the latest record per
     key sees it, plus every dead letter.
 
-    Two fields describe the history of emissions rather than the final state, and are
-    left out of the comparison:
-    - `revision` (classified failures) counts emissions per key; how many there are depends
-      on how pod and event records (different topics and partitions) interleave before the
-      attempt stage, which Kafka does not fix;
-    - `from` (gang transitions) is the previous state *emitted*; app/core/gang.py emits
-      its non-final steps (WaitingForReadmission, Running while awaiting an eviction) in
-      some interleavings of k8s.jobs and k8s.workloads and not in others. Instead, the
-      streamed transitions of each key must form a chain (each `from` is the previous
-      `to`, starting at Pending).
-    Everything else must be equal. Dead letters are compared as (source topic, key,
+    `revision` (classified failures) counts emissions per key; how many there are depends
+    on how pod and event records (different topics and partitions) interleave before the
+    attempt stage, which Kafka does not fix: it is left out of the comparison. Gang
+    transitions are emitted once each, in the same order whatever the interleaving (SPEC
+    R9.11, R12.4), so the streamed ones must also chain (each `from` the previous `to`,
+    starting at Pending) and `transitions` holds them all. Everything else must be equal. Dead letters are compared as (source topic, key,
     reason, value): their partition and offset name the Kafka record in one path and the
     trace line in the other.
     """
@@ -289,12 +284,26 @@ class Outputs:
     latest: dict[str, dict[str, Any]]
     dead_letters: list[tuple[str, str | None, str, str]]
     broken_chains: list[str] = field(default_factory=list)
+    # Every gang transition per key, in order, repeats (a redelivery) taken out.
+    transitions: dict[str, list[bytes]] = field(default_factory=dict)
+
+    @staticmethod
+    def _transitions(records: list[tuple[str, str, bytes]]) -> dict[str, list[bytes]]:
+        from app.model.records import GANG_TRANSITIONS
+
+        out: dict[str, list[bytes]] = {}
+        for topic, key, value in records:
+            if topic == GANG_TRANSITIONS:
+                seen = out.setdefault(key, [])
+                if value not in seen:
+                    seen.append(value)
+        return out
 
     @staticmethod
     def _latest(records: list[tuple[str, str, bytes]]) -> dict[str, dict[str, Any]]:
         import orjson
 
-        from app.model.records import DEAD_LETTER, GANG_TRANSITIONS, OUTPUT_TOPICS
+        from app.model.records import DEAD_LETTER, OUTPUT_TOPICS
 
         latest: dict[str, dict[str, Any]] = {t: {} for t in OUTPUT_TOPICS if t != DEAD_LETTER}
         for topic, key, value in records:
@@ -302,8 +311,6 @@ class Outputs:
                 continue
             decoded = orjson.loads(value)
             decoded.pop("revision", None)
-            if topic == GANG_TRANSITIONS:
-                decoded.pop("from", None)
             latest[topic][key] = decoded
         return latest
 
@@ -349,16 +356,15 @@ class Outputs:
         from app.model.records import DEAD_LETTER
         from app.replay.pipeline import Pipeline
         from app.replay.trace import read_lines, replay
-        from app.stream.codecs import encode
-
         from app.rulefile import load_rules
+        from app.stream.codecs import encode
 
         emits = list(replay(read_lines(trace), Pipeline(load_rules(rules_file))))
         records = [(e.topic, e.key, encode(e.value)) for e in emits]
         # A line that is no trace record or names no source topic cannot be published.
         letters = [v for t, _, v in records if t == DEAD_LETTER]
         letters = [v for v in letters if _letter_topic(v) in SOURCE_TOPICS]
-        return cls(cls._latest(records), cls._letters(letters))
+        return cls(cls._latest(records), cls._letters(letters), transitions=cls._transitions(records))
 
     @classmethod
     def streamed(cls, stack: StreamStack) -> Outputs:
@@ -368,7 +374,7 @@ class Outputs:
         for topic in OUTPUT_TOPICS:
             records += [(topic, r.key.decode(), r.value) for r in stack.read(topic)]
         letters = [v for t, _, v in records if t == DEAD_LETTER]
-        return cls(cls._latest(records), cls._letters(letters, stack.prefix), cls._broken_chains(records))
+        return cls(cls._latest(records), cls._letters(letters, stack.prefix), cls._broken_chains(records), cls._transitions(records))
 
     def assert_equal(self, other: Outputs, *, redelivered: bool = False) -> None:
         """self is the stream, other the oracle; a readable diff on failure. After a crash

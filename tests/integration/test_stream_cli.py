@@ -110,13 +110,26 @@ def test_publish_keeps_keys_and_per_key_order_and_skips_unreadable_lines(stream_
     assert "line" in res.stderr and "k8s.nodes" in res.stderr
 
     sent: dict[tuple[str, str], list[bytes]] = defaultdict(list)
+    progress: dict[str, list[bytes]] = defaultdict(list)
     for r in records:
-        sent[(r["topic"], r["key"])].append(orjson.dumps(r["value"]))
+        if r["value"]["type"] == "BOOKMARK":
+            progress[r["topic"]].append(orjson.dumps(r["value"]))
+        else:
+            sent[(r["topic"], r["key"])].append(orjson.dumps(r["value"]))
+    assert progress, "the generated trace carries the bridge's progress"
     got: dict[tuple[str, str], list[bytes]] = defaultdict(list)
+    got_progress: dict[tuple[str, int], list[bytes]] = defaultdict(list)
     for topic in SOURCE_TOPICS:
         for r in stream_stack.read(topic):
-            got[(topic, r.key.decode())].append(r.value)
+            if orjson.loads(r.value)["type"] == "BOOKMARK":
+                got_progress[(topic, r.partition)].append(r.value)
+            else:
+                got[(topic, r.key.decode())].append(r.value)
     assert {k: [orjson.loads(v) for v in vs] for k, vs in got.items()} == {k: [orjson.loads(v) for v in vs] for k, vs in sent.items()}
+    # SPEC R12.2: each progress record on every partition of its topic, in file order
+    for topic, values in progress.items():
+        for partition in range(stream_stack.partitions):
+            assert [orjson.loads(v) for v in got_progress[(topic, partition)]] == [orjson.loads(v) for v in values]
 
 
 def test_docs_list_every_setting() -> None:

@@ -58,3 +58,21 @@ def test_r10_worker_runs_the_rule_file_it_is_given(stream_stack, outputs) -> Non
     stream_stack.start_worker(extra=("--rules", str(RULE_FILE)))
     stream_stack.wait_settled()
     outputs.streamed(stream_stack).assert_equal(expected)
+
+
+def test_r12_three_workers_in_one_group_give_the_offline_gang_transitions_exactly(stream_stack, outputs, tmp_path: Path) -> None:
+    """Every transition of every gang, in order (readmissions included), as the offline
+    replay emits them: the decisions that wait on an absence are taken on progress, whichever
+    worker holds which partition."""
+    records = generate(attempts=240, seed=13)
+    trace = write_trace(tmp_path / "three.jsonl", records)
+    expected = outputs.offline(trace)
+    readmitted = [v for vs in expected.transitions.values() for v in vs if b'"from":"WaitingForReadmission","to":"Running"' in v]
+    assert len(expected.transitions) >= 10 and readmitted, "the trace has gangs that wait and are readmitted"
+    stream_stack.publish(trace)
+    for worker in ("w1", "w2", "w3"):
+        stream_stack.start_worker(worker)
+    stream_stack.wait_settled(timeout=240)
+    streamed = outputs.streamed(stream_stack)
+    streamed.assert_equal(expected)
+    assert streamed.transitions == expected.transitions

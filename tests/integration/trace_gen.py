@@ -301,11 +301,12 @@ ATTEMPT_KINDS: dict[str, Scenario] = {**STORY_KINDS, **EXTRA_KINDS}
 OTHER_KINDS: dict[str, Scenario] = {"unlabelled-pod": unlabelled_pod, "malformed": malformed}
 
 
-def generate(attempts: int = 520, seed: int = 7, others: int | None = None, malformed: bool = True) -> Records:
+def generate(attempts: int = 520, seed: int = 7, others: int | None = None, malformed: bool = True, progress: bool = True) -> Records:
     """`attempts` scenarios with an attempt (every kind at least once, then at random),
     plus `others` (default: 5 %, at least one of each) unlabelled pods and, unless
     `malformed` is False, malformed records; sorted into observation order (stable, so
-    each object's records keep their order)."""
+    each object's records keep their order); with the bridge's progress (SPEC R12.1)
+    every minute and after the end, unless `progress` is False."""
     rng = random.Random(seed)
     b.reset_ids()
     kinds = list(ATTEMPT_KINDS) + [rng.choice(list(ATTEMPT_KINDS)) for _ in range(max(0, attempts - len(ATTEMPT_KINDS)))]
@@ -319,7 +320,8 @@ def generate(attempts: int = 520, seed: int = 7, others: int | None = None, malf
         for r in scenario(rng, f"g{i:04d}-{kind}", t0):
             timed.append((_observed_at(r) or t0, len(timed), r))
     timed.sort(key=lambda item: item[:2])
-    return [r for _, _, r in timed]
+    records = [r for _, _, r in timed]
+    return b.with_progress(records, times=[t for t, _, _ in timed]) if progress else records
 
 
 def _observed_at(record: dict[str, Any]) -> datetime | None:

@@ -263,6 +263,44 @@ def record(obj: dict, observed_at: datetime, change: str = "MODIFIED", cluster: 
     return {"topic": topic, "key": key, "value": envelope}
 
 
+SOURCE_KINDS = {"k8s.pods": "Pod", "k8s.events": "Event", "k8s.jobs": "JobSet", "k8s.workloads": "Workload"}
+
+
+def progress(topic: str, at: datetime, cluster: str = CLUSTER) -> dict:
+    """A progress trace line (SPEC R12.1): every change of `topic` observed before `at`
+    has been published."""
+    kind = SOURCE_KINDS[topic]
+    envelope = {"type": "BOOKMARK", "observed_at": ts(at), "cluster": cluster, "object": {"apiVersion": "v1", "kind": kind, "metadata": {"resourceVersion": ""}}}
+    return {"topic": topic, "key": kind, "value": envelope}
+
+
+def with_progress(
+    records: list[dict],
+    every: timedelta = timedelta(minutes=1),
+    tail: timedelta = timedelta(minutes=1),
+    topics: tuple[str, ...] = tuple(SOURCE_KINDS),
+    times: list[datetime] | None = None,
+) -> list[dict]:
+    """`records` (in observation order) with the bridge's progress on every source topic
+    of each cluster: a BOOKMARK every `every` of observed time, placed after every record
+    observed before it, and a last one `tail` after the last record (long enough for
+    every decision waiting on an absence, R9.6, to be taken). `times`: the records'
+    observation times, when not every record can tell its own (a malformed one)."""
+    if not records:
+        return []
+    times = times or [datetime.fromisoformat(r["value"]["observed_at"]) for r in records]
+    clusters = sorted({r["value"]["cluster"] for r in records if isinstance(r.get("value"), dict) and isinstance(r["value"].get("cluster"), str) and r["value"]["cluster"]})
+    out: list[dict] = []
+    mark = min(times) + every
+    for record, at in zip(records, times, strict=True):
+        while at >= mark:
+            out += [progress(topic, mark, cluster) for cluster in clusters for topic in topics]
+            mark += every
+        out.append(record)
+    out += [progress(topic, max(times) + tail, cluster) for cluster in clusters for topic in topics]
+    return out
+
+
 def trace_bytes(records: list[dict]) -> bytes:
     return b"".join(orjson.dumps(r) + b"\n" for r in records)
 

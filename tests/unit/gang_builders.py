@@ -234,13 +234,19 @@ def to_input(line: Line) -> GangInput:
     raise ValueError(f"topic {trace.topic!r} is neither {JOBS!r} nor {WORKLOADS!r}")
 
 
-def feed(lines: Iterable[Line], rules: Rules, pipeline: Pipeline | None = None) -> tuple[GangStateData | None, list[Emit]]:
+def feed(
+    lines: Iterable[Line], rules: Rules, pipeline: Pipeline | None = None, *, end: bool = True
+) -> tuple[GangStateData | None, list[Emit]]:
     """Every line through the driver the test runs with (or `pipeline`, to go on with
-    one): the gang's state after them and every record they emitted."""
+    one): the gang's state after them and every record they emitted. `end`: the lines
+    are a whole trace, whose end settles every pending decision (R12.3); else only the
+    progress records among them (`GangWorld.progress`) do."""
     pipeline = pipeline if pipeline is not None else new_pipeline(rules)
     emitted: list[Emit] = []
     for line in lines:
         emitted.extend(pipeline.feed(line["topic"], line["key"], orjson.dumps(line["value"])))
+    if end:
+        emitted.extend(pipeline.finish())
     gangs = pipeline.states["gangs"]
     assert len(gangs) <= 1, f"expected one gang, got {sorted(gangs)}"
     return next(iter(gangs.values()), None), emitted
@@ -481,4 +487,18 @@ class GangWorld:
 
     def pause(self, seconds: float) -> GangWorld:
         self.now += timedelta(seconds=seconds)
+        return self
+
+    def progress(self, *topics: str) -> GangWorld:
+        """The bridge's progress (SPEC R12.1): a BOOKMARK on each topic (both by default)
+        saying every change before now was published; one record, no clock step."""
+        for topic in topics or (JOBS, WORKLOADS):
+            kind = "JobSet" if topic == JOBS else "Workload"
+            value = {
+                "type": "BOOKMARK",
+                "observed_at": observed_time(self.now),
+                "cluster": self.cluster,
+                "object": {"apiVersion": "v1", "kind": kind, "metadata": {"resourceVersion": str(self.resource_version)}},
+            }
+            self.records.append({"topic": topic, "key": kind, "value": value})
         return self

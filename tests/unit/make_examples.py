@@ -24,9 +24,9 @@ def trace(stories: list[str]) -> bytes:
     records = []
     for i, name in enumerate(stories):
         records += STORIES[name](t0=builders.T0 + timedelta(minutes=11 * i))
-    # The bridge publishes in observation order.
+    # The bridge publishes in observation order, with its progress (SPEC R12.1).
     records.sort(key=lambda r: r["value"]["observed_at"])
-    return builders.trace_bytes(records)
+    return builders.trace_bytes(builders.with_progress(records, every=timedelta(minutes=15)))
 
 
 def main() -> None:

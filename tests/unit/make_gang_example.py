@@ -5,15 +5,18 @@
 A JobSet under Kueue with resume-after-preemption on (annotation): admitted and running,
 preempted after an hour (reclamation within the cohort), waits 15 minutes, is re-admitted
 in the same attempt, and completes half an hour later. One JSON line per source record,
-in the order the bridge observed them.
+in the order the bridge observed them, with the bridge's progress (SPEC R12.1) every 15 minutes.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import msgspec
 
+from app.model.envelope import JOBS, WORKLOADS
+from tests.unit.builders import with_progress
 from tests.unit.gang_builders import GangWorld
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "traces" / "jobset-preempt-readmit.jsonl"
@@ -27,7 +30,8 @@ def example_world() -> GangWorld:
 
 
 def render(world: GangWorld) -> str:
-    return "".join(msgspec.json.encode(line).decode() + "\n" for line in world.records)
+    lines = with_progress(world.records, every=timedelta(minutes=15), topics=(JOBS, WORKLOADS))
+    return "".join(msgspec.json.encode(line).decode() + "\n" for line in lines)
 
 
 def main() -> None:

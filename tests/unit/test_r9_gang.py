@@ -7,15 +7,16 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.core import kueue
 from app.core.gang import GangInput, fold_gang, gang_expired, gang_key, is_suspended
+from app.core.progress import NO_PROGRESS
 from app.core.rules import DEFAULT_RULES, Rules
 from app.model.envelope import JOBS, WORKLOADS
 from app.model.k8s import Job, Workload
-from app.model.records import GANG_TRANSITIONS, GangTransition
+from app.model.records import GANG_TRANSITIONS, EvictionCause, GangTransition
 from tests.unit.drivers import new_pipeline
 from tests.unit.gang_builders import (
     CLUSTER,
@@ -46,17 +47,19 @@ SYSTEM = "; this does not count against the task's retries"
 USER = "; this uses one of the task's retries"
 
 
-def transitions(lines: list[Line], rules: Rules = DEFAULT_RULES) -> list[GangTransition]:
-    _, emitted = feed(lines, rules)
+def transitions(lines: list[Line], rules: Rules = DEFAULT_RULES, *, end: bool = True) -> list[GangTransition]:
+    """Every transition the lines give, as a trace (`end`: its end settles what is
+    pending) or as a live stream so far (`end=False`: only progress records settle)."""
+    _, emitted = feed(lines, rules, end=end)
     return [e.value for e in emitted if e.topic == GANG_TRANSITIONS]
 
 
-def last(world: GangWorld, rules: Rules = DEFAULT_RULES) -> GangTransition:
-    return transitions(world.records, rules)[-1]
+def last(world: GangWorld, rules: Rules = DEFAULT_RULES, *, end: bool = True) -> GangTransition:
+    return transitions(world.records, rules, end=end)[-1]
 
 
-def steps(lines: list[Line], rules: Rules = DEFAULT_RULES) -> list[tuple[str, str]]:
-    return [(t.to, t.reason) for t in transitions(lines, rules)]
+def steps(lines: list[Line], rules: Rules = DEFAULT_RULES, *, end: bool = True) -> list[tuple[str, str]]:
+    return [(t.to, t.reason) for t in transitions(lines, rules, end=end)]
 
 
 # --- R9.1 the JobSet's Workload ------------------------------------------------------
@@ -224,12 +227,36 @@ def test_r9_5_eviction_message_is_trimmed_s64() -> None:
 
 def test_r9_6_suspended_before_evicted_waits_then_decides_s71() -> None:
     world = GangWorld(policy="true").start().suspend()
-    assert steps(world.records)[-1] == ("Running", "waiting for Kueue to record the eviction")
+    assert [t.to for t in transitions(world.records, end=False)] == ["Running"]  # undecided: nothing emitted
     world.preempt().release_quota()
-    assert last(world).to == "Running"  # is the JobSet still suspended? its next record says
-    world.jobs_stopped()
-    waiting = last(world)
-    assert (waiting.to, waiting.at) == ("WaitingForReadmission", to_input(world.workload_records()[-2]).observed_at)
+    evicted_at = to_input(world.workload_records()[-2]).observed_at
+    # Was the JobSet still suspended when Kueue evicted? Neither its records nor progress say yet.
+    assert [t.to for t in transitions(world.records, end=False)] == ["Running"]
+    world.progress(JOBS)  # the JobSet's watch has delivered everything up to now: it stayed suspended
+    waiting = last(world, end=False)
+    assert (waiting.to, waiting.at) == ("WaitingForReadmission", evicted_at)
+
+
+def test_r9_6_an_eviction_recorded_after_the_watch_skew_does_not_explain_the_suspension() -> None:
+    world = GangWorld(policy="true").start().suspend().jobs_stopped()
+    suspended_at = to_input(world.jobset_records()[-3]).observed_at
+    world.pause(DEFAULT_RULES.watch_skew_seconds + 1).preempt().release_quota()
+    ended = last(world)
+    assert (ended.to, ended.code, ended.retry, ended.at) == ("Ended", "GangEvicted", "system", suspended_at + DEFAULT_RULES.watch_skew)
+    assert ended.cause == EvictionCause(reason="", detail="", message="")
+
+
+def test_r9_6_no_eviction_by_the_workloads_watermark_ends_as_system_whatever_the_policy() -> None:
+    for policy in ("true", "false"):
+        world = GangWorld(policy=policy).start().suspend().jobs_stopped()
+        suspended_at = to_input(world.jobset_records()[-3]).observed_at
+        world.pause(DEFAULT_RULES.watch_skew_seconds / 2).progress()
+        assert [t.to for t in transitions(world.records, end=False)] == ["Running"]  # not yet past the skew
+        world.pause(DEFAULT_RULES.watch_skew_seconds).progress()
+        ended = last(world, end=False)
+        assert (ended.to, ended.code, ended.retry) == ("Ended", "GangEvicted", "system")
+        assert ended.at == suspended_at + DEFAULT_RULES.watch_skew  # the deadline, not when progress came
+        assert ended.reason == f"gang evicted by kueue{SYSTEM}"
 
 
 def test_r9_6_policy_off_also_waits_so_the_jobset_arriving_first_changes_nothing() -> None:
@@ -251,12 +278,16 @@ def test_r9_6_policy_off_without_the_wait_ends_as_system_at_once_s66() -> None:
 
 
 def test_r9_6_suspension_nothing_evicted_then_running_again_is_running() -> None:
-    # Kueue releases a JobSet someone else suspended; the Workload's next change (here:
-    # Finished) shows no eviction happened, and the attempt goes on.
+    # Someone else suspended the JobSet and resumed it within the skew; once progress shows
+    # Kueue recorded no eviction meanwhile, the attempt goes on.
     world = GangWorld(policy="true").start().suspend().unsuspend().workers_ready()
-    assert steps(world.records)[-1] == ("Running", "waiting for Kueue to record the eviction")
+    state, emitted = feed(world.records, DEFAULT_RULES, end=False)
+    assert [e.value.to for e in emitted if e.topic == GANG_TRANSITIONS] == ["Running"] and state is not None and state.blocked
+    world.progress()
+    state, emitted = feed(world.records, DEFAULT_RULES, end=False)
+    assert [e.value.to for e in emitted if e.topic == GANG_TRANSITIONS] == ["Running"] and state is not None and not state.blocked
     world.complete().finish()
-    assert last(world).to == "Completed"
+    assert [t.to for t in transitions(world.records)] == ["Running", "Completed"]
 
 
 def test_r9_6b_ending_texts() -> None:
@@ -269,14 +300,15 @@ def test_r9_6b_ending_texts() -> None:
 # --- R9.7 Workload not known ---------------------------------------------------------
 
 
-def test_r9_7_no_workload_ever_seen_ends_on_the_next_observation_s65_s73() -> None:
+def test_r9_7_no_workload_ever_seen_ends_once_the_workloads_watermark_passes_the_skew_s65_s73() -> None:
     world = GangWorld(policy="true").create_jobset().unsuspend().workers_ready()
     world.suspend(status_update=False)
-    assert steps(world.jobset_records())[-1] == ("Running", "waiting for Kueue to record the eviction")
-    world.suspend()  # a later observation, still suspended, still no Workload
-    ended = transitions(world.jobset_records())[-1]
+    suspended_at = to_input(world.jobset_records()[-1]).observed_at
+    assert transitions(world.jobset_records(), end=False) == []  # is a Workload record in flight? unknown
+    world.pause(DEFAULT_RULES.watch_skew_seconds + 1).progress()
+    ended = transitions(world.records, end=False)[-1]
     assert (ended.to, ended.code, ended.retry, ended.reason) == ("Ended", "GangEvicted", "system", f"gang evicted by kueue{SYSTEM}")
-    assert ended.workload is None
+    assert ended.at == suspended_at + DEFAULT_RULES.watch_skew and ended.workload is None
 
 
 def test_r9_7_deleted_workload_ends_as_system_s73() -> None:
@@ -411,14 +443,14 @@ def test_r9_11_identical_recomputation_emits_nothing() -> None:
     world = GangWorld(policy="true").start().preempt().suspend().release_quota()
     state, _ = feed(world.records, DEFAULT_RULES)
     for line in world.records[-3:]:
-        state, emitted = fold_gang(state, "", to_input(line), DEFAULT_RULES)
+        state, emitted = fold_gang(state, "", to_input(line), DEFAULT_RULES, NO_PROGRESS)
         assert emitted == []
 
 
 def test_r9_11_an_ending_is_final() -> None:
     world = GangWorld(policy="false").start().preempt().suspend().release_quota()
     world.readmit().unsuspend().workers_ready().complete().finish()
-    assert [t.to for t in transitions(world.records)] == ["Running", "Running", "Ended"]
+    assert [t.to for t in transitions(world.records)] == ["Running", "Ended"]
 
 
 def test_gang_input_needs_exactly_one_object() -> None:
@@ -464,7 +496,9 @@ EVICTIONS = [
 def scenarios(draw: st.DrawFn) -> GangWorld:
     """A JobSet and its Workload, written in the order the controllers write them."""
     policy = draw(st.sampled_from(["true", "true", "false", None, "maybe"]))
-    world = GangWorld(policy=policy, api_version=draw(st.sampled_from([V1BETA1, "kueue.x-k8s.io/v1beta2"])))
+    # Steps between writes from 1 s to past the watch skew: evictions recorded in time and too late.
+    step = timedelta(seconds=draw(st.sampled_from([1, 1, 4, 11])))
+    world = GangWorld(policy=policy, api_version=draw(st.sampled_from([V1BETA1, "kueue.x-k8s.io/v1beta2"])), step=step)
     world.start()
     for _ in range(draw(st.integers(0, 3))):
         reason = draw(st.sampled_from(EVICTIONS))
@@ -520,41 +554,62 @@ def outcome(lines: list[Line]) -> tuple[tuple[str, str | None, str | None] | Non
     return final, endings
 
 
-def workload_known_in_time(lines: list[Line]) -> bool:
-    """False in R9.7's unavoidable exception: no Workload record yet at the JobSet's next
-    observation after it was first suspended (a missing Workload looks just the same)."""
-    released = False
-    since_suspended = 0
-    for line in lines:
-        if line["topic"] == WORKLOADS:
-            return True
-        if since_suspended:
-            return False
-        suspended = line["value"]["type"] != "DELETED" and line["value"]["object"]["spec"]["suspend"]
-        released = released or not suspended
-        since_suspended = int(released and suspended)
-    return True
+def with_progress(lines: list[Line], marks: list[bool]) -> list[Line]:
+    """One topic's records with the bridge's progress after some of them (`marks[i]`):
+    a BOOKMARK dated when the topic's next record was observed (every change before it
+    has been published, SPEC R12.1), or a second later after the last one."""
+    out: list[Line] = []
+    for i, line in enumerate(lines):
+        out.append(line)
+        if not marks[i]:
+            continue
+        following = lines[i + 1]["value"]["observed_at"] if i + 1 < len(lines) else None
+        at = following or (to_input(line).observed_at + timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        value = {"type": "BOOKMARK", "observed_at": at, "cluster": CLUSTER, "object": {"kind": "Progress", "metadata": {}}}
+        out.append({"topic": line["topic"], "key": "progress", "value": value})
+    return out
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(world=scenarios(), data=st.data())
 def test_r7_1_final_state_does_not_depend_on_how_jobset_and_workload_records_interleave(world: GangWorld, data: st.DataObject) -> None:
+    """R7.1 with progress (R12): any interleaving of the two watches' records, each with
+    the bridge's progress somewhere in it, gives the same final state and the same ending,
+    and an ending taken before the end of the input is that ending."""
     jobsets, workloads = world.jobset_records(), world.workload_records()
+    jobsets = with_progress(jobsets, data.draw(st.lists(st.booleans(), min_size=len(jobsets), max_size=len(jobsets)), label="JobSet progress"))
+    workloads = with_progress(workloads, data.draw(st.lists(st.booleans(), min_size=len(workloads), max_size=len(workloads)), label="Workload progress"))
     picks = data.draw(st.permutations([True] * len(jobsets) + [False] * len(workloads)), label="True: next JobSet record")
     shuffled = interleave(jobsets, workloads, picks)
-    assume(workload_known_in_time(shuffled))
     final, endings = outcome(shuffled)
     assert (final, endings) == outcome(world.records)  # the order the bridge observed them
     assert len(endings) <= 1
+    # Every transition, not only the ending, in the same order (R9.11); before the end of
+    # the input, progress has settled a prefix of them.
+    every = transitions(world.records)
+    assert transitions(shuffled) == every
+    live = transitions(shuffled, end=False)
+    assert live == every[: len(live)]
 
 
-def test_r7_1_a_workload_arriving_after_two_suspended_observations_counts_as_none() -> None:
-    # Documented limit: a Workload whose every record arrives after the JobSet's next
-    # observation is indistinguishable from no Workload (R9.7).
+def test_r12_4_an_eviction_is_not_read_until_the_jobset_is_known_to_have_stayed_suspended() -> None:
+    world = GangWorld(policy="false").start().suspend()
+    held = len(world.jobset_records())
+    world.unsuspend().workers_ready()  # running again...
+    world.preempt().progress(WORKLOADS)  # ...when Kueue records an eviction; the JobSet's watch lags
+    jobsets, workloads = world.jobset_records(), world.workload_records()
+    early = jobsets[:held] + workloads  # the JobSet's resumption still in flight
+    assert [t.to for t in transitions(early, end=False)] == ["Running"]
+    assert [t.to for t in transitions(early + jobsets[held:], end=False)] == ["Running"]
+
+
+def test_r12_4_workload_records_arriving_after_every_jobset_record_change_nothing() -> None:
+    # Without progress a missing Workload and one whose records are all still in flight
+    # look the same; the watermark tells them apart.
     world = GangWorld(policy="true").start().preempt().suspend().release_quota()
     late = world.jobset_records() + world.workload_records()
-    assert not workload_known_in_time(late)
-    assert (transitions(late)[-1].to, transitions(late)[-1].retry) == ("Ended", "system")
+    assert transitions(late) == transitions(world.records)
+    assert transitions(world.jobset_records(), end=False) == []  # nothing taken while the Workload is unknown
 
 
 def test_r7_3_same_records_same_bytes() -> None:

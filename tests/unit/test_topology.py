@@ -70,10 +70,10 @@ def test_a_fold_that_raises_dead_letters_its_record_and_the_stream_goes_on(monke
     real = topology.PODS_STAGE.inputs[0]
     assert real.topic == "k8s.pods"
 
-    def fold_pod(state, key, envelope, rules):  # type: ignore[no-untyped-def]
+    def fold_pod(state, key, envelope, rules, marks):  # type: ignore[no-untyped-def]
         if envelope.object.metadata.uid == victim and envelope.object.status.phase == "Failed":
             raise ZeroDivisionError("a bug in the rules")
-        return real.fold(state, key, envelope, rules)
+        return real.fold(state, key, envelope, rules, marks)
 
     monkeypatch.setitem(topology.INPUT_OF, "k8s.pods", msgspec.structs.replace(real, fold=fold_pod))
     records = broken + pod_task_plain_failure()

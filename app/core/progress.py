@@ -1,0 +1,87 @@
+"""Event-time progress: watermarks per (cluster, source topic) (SPEC R12).
+
+A stage learns from progress that nothing older is still coming: the bridge writes a
+BOOKMARK to every partition of a source topic, a stage that re-keys forwards it to every
+partition of its internal topics (as a `Progress`, tagged with the source partition it
+came from), and each stage keeps, per (cluster, topic), the latest progress time seen
+from each source partition. The watermark is the least of them, known once every
+partition has shown one (R12.3). One implementation for every driver: the embedded
+runner keeps one `Watermarks` per stage, a Faust worker one per stage partition.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import msgspec
+
+from app.model.decode import TypedEnvelope
+from app.model.facts import END_OF_TIME, Progress
+
+
+class Watermarks(msgspec.Struct, frozen=True, gc=False):
+    """Progress seen by one stage (partition), per `<cluster>/<source topic>`."""
+
+    latest: dict[str, dict[int, datetime]] = {}  # -> source partition -> latest progress time
+    partitions: dict[str, int] = {}  # -> the source topic's partition count
+    ended: frozenset[str] = frozenset()  # the input ended (a trace): the watermark is infinite
+
+    def observe(self, progress: Progress) -> Watermarks | None:
+        """These watermarks with `progress` taken in; None when it changes nothing."""
+        key = f"{progress.cluster}/{progress.topic}"
+        if progress.final:
+            return None if key in self.ended else msgspec.structs.replace(self, ended=self.ended | {key})
+        seen = self.latest.get(key, {})
+        known = seen.get(progress.partition)
+        if known is not None and known >= progress.observed_at and self.partitions.get(key) == progress.partitions:
+            return None
+        return msgspec.structs.replace(
+            self,
+            latest={**self.latest, key: {**seen, progress.partition: progress.observed_at}},
+            partitions={**self.partitions, key: progress.partitions},
+        )
+
+    def of(self, cluster: str, topic: str) -> datetime | None:
+        """The watermark of (cluster, topic): every record of it observed before this
+        time has been seen. None until every partition has shown progress."""
+        key = f"{cluster}/{topic}"
+        if key in self.ended:
+            return END_OF_TIME
+        seen = self.latest.get(key)
+        count = self.partitions.get(key, 0)
+        if not seen or any(p not in seen for p in range(count)):
+            return None
+        return min(seen[p] for p in range(count))
+
+    def known(self) -> list[tuple[str, str, datetime]]:
+        """(cluster, topic, watermark) of every (cluster, topic) with one, in order."""
+        out = []
+        for key in sorted({*self.latest, *self.ended}):
+            cluster, _, topic = key.partition("/")
+            at = self.of(cluster, topic)
+            if at is not None:
+                out.append((cluster, topic, at))
+        return out
+
+    def stream_time(self, cluster: str) -> datetime | None:
+        """R12.5: the least watermark over the topics this stage has seen progress of,
+        for `cluster`; None while any of them has none."""
+        prefix = f"{cluster}/"
+        topics = {k[len(prefix):] for k in (*self.latest, *self.ended) if k.startswith(prefix)}
+        marks = [self.of(cluster, topic) for topic in topics]
+        if not marks or any(m is None for m in marks):
+            return None
+        return min(m for m in marks if m is not None)
+
+
+NO_PROGRESS = Watermarks()
+
+
+def progress_of(topic: str, partition: int, partitions: int, bookmark: TypedEnvelope) -> Progress:
+    """A source BOOKMARK (R12.1), as read from `topic`[`partition`] of `partitions`."""
+    return Progress(bookmark.cluster, topic, partition, partitions, bookmark.observed_at)
+
+
+def end_of_input(cluster: str, topic: str) -> Progress:
+    """The end of a trace: every decision still pending is taken (R12.3)."""
+    return Progress(cluster, topic, 0, 1, END_OF_TIME, final=True)

@@ -1,0 +1,158 @@
+"""SPEC R12: event-time progress — the bridge's BOOKMARKs, watermarks per (cluster, topic),
+their forwarding between stages, decisions they settle, and stream time."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import orjson
+import pytest
+
+from app.core.fleet_view import LiveFleet, Watermark
+from app.core.progress import NO_PROGRESS, end_of_input
+from app.model.envelope import EVENTS, JOBS, PODS, SOURCE_TOPICS, WORKLOADS
+from app.model.facts import END_OF_TIME, Progress
+from app.model.records import DEAD_LETTER, GANG_TRANSITIONS
+from app.web.metrics import render_metrics
+from tests.unit import builders as b
+from tests.unit.drivers import new_pipeline
+from tests.unit.gang_builders import GangWorld, to_input
+from tests.unit.stories import pod_task_plain_failure
+
+pytestmark = pytest.mark.usefixtures("driver")
+
+
+def _feed(pipeline, line: dict, **where) -> list:  # type: ignore[no-untyped-def]
+    return pipeline.feed(line["topic"], line["key"], orjson.dumps(line["value"]), **where)
+
+
+# --- R12.1 the progress record ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("topic", SOURCE_TOPICS)
+def test_r12_1_a_bookmark_is_progress_with_no_object_state(topic: str) -> None:
+    pipeline = new_pipeline()
+    assert _feed(pipeline, b.progress(topic, b.T0)) == []  # no dead letter: no uid is needed
+    assert pipeline.counts["dead_letters"] == 0
+    stage = {PODS: "pods", EVENTS: "pods", JOBS: "jobs", WORKLOADS: "jobs"}[topic]
+    assert pipeline.marks[stage].of(b.CLUSTER, topic) == b.T0
+
+
+def test_r12_1_a_bookmark_still_needs_a_well_formed_envelope() -> None:
+    line = b.progress(PODS, b.T0)
+    line["value"]["cluster"] = "a/b"
+    out = _feed(new_pipeline(), line)
+    assert [e.topic for e in out] == [DEAD_LETTER] and "cluster" in out[0].value.reason
+
+
+# --- R12.3 the watermark ---------------------------------------------------------------------
+
+
+def test_r12_3_watermark_is_the_least_over_partitions_and_unknown_until_each_has_shown_progress() -> None:
+    marks = NO_PROGRESS
+    for partition, minutes in ((0, 5), (2, 3)):
+        marks = marks.observe(Progress(b.CLUSTER, PODS, partition, 3, b.T0 + b.minutes(minutes))) or marks
+    assert marks.of(b.CLUSTER, PODS) is None  # partition 1 has shown none
+    marks = marks.observe(Progress(b.CLUSTER, PODS, 1, 3, b.T0 + b.minutes(4))) or marks
+    assert marks.of(b.CLUSTER, PODS) == b.T0 + b.minutes(3)
+    assert marks.observe(Progress(b.CLUSTER, PODS, 2, 3, b.T0 + b.minutes(1))) is None  # never goes back
+    assert marks.of("prod-b", PODS) is None and marks.of(b.CLUSTER, EVENTS) is None  # per (cluster, topic)
+    assert (marks.observe(end_of_input(b.CLUSTER, PODS)) or marks).of(b.CLUSTER, PODS) == END_OF_TIME
+
+
+def test_r12_3_progress_is_forwarded_through_the_internal_topics_tagged_with_its_partition() -> None:
+    pipeline = new_pipeline()
+    line = b.progress(JOBS, b.T0)
+    _feed(pipeline, line, partition=1, partitions=2)
+    # The gang and attempt stages heard of partition 1 of 2: not yet a watermark.
+    assert pipeline.marks["gangs"].of(b.CLUSTER, JOBS) is None
+    assert pipeline.marks["gangs"].latest == {f"{b.CLUSTER}/{JOBS}": {1: b.T0}}
+    assert pipeline.marks["attempts"].latest == {f"{b.CLUSTER}/{JOBS}": {1: b.T0}}
+    _feed(pipeline, b.progress(JOBS, b.T0 + b.minutes(1)), partition=0, partitions=2)
+    assert pipeline.marks["gangs"].of(b.CLUSTER, JOBS) == b.T0  # the slower partition
+    assert pipeline.marks["attempts"].of(b.CLUSTER, JOBS) == b.T0
+
+
+def test_r12_3_the_end_of_a_trace_takes_every_pending_decision() -> None:
+    world = GangWorld(policy="false").start().suspend()  # no record after the suspension
+    pipeline = new_pipeline()
+    out = [e for line in world.records for e in _feed(pipeline, line)]
+    assert [e.value.to for e in out if e.topic == GANG_TRANSITIONS] == ["Running"]
+    ended = [e.value for e in pipeline.finish() if e.topic == GANG_TRANSITIONS]
+    assert [(t.to, t.retry) for t in ended] == [("Ended", "system")]
+    assert pipeline.finish() == []  # the end comes once
+
+
+# --- R12.4 decisions settled by progress -----------------------------------------------------
+
+
+def test_r12_4_a_watermark_advance_settles_every_blocked_gang_not_only_one_whose_record_arrived() -> None:
+    worlds = [GangWorld(policy="true", cluster=b.CLUSTER).start().suspend()]
+    lines = list(worlds[0].records)
+    second = GangWorld(policy="false", cluster=b.CLUSTER, start=b.T0 + timedelta(seconds=1))
+    second.js["metadata"].update(name="other", uid="other-uid")
+    second.wl["metadata"].update(name="jobset-other", uid="other-wl", labels={"kueue.x-k8s.io/job-uid": "other-uid"})
+    second.wl["metadata"]["ownerReferences"][0]["uid"] = "other-uid"
+    lines += second.start().suspend().records
+    pipeline = new_pipeline()
+    for line in lines:
+        _feed(pipeline, line)
+    assert sorted(pipeline._blocked["gangs"]) == sorted(pipeline.states["gangs"])  # both wait on progress
+    at = max(to_input(line).observed_at for line in lines) + b.minutes(1)
+    out = _feed(pipeline, b.progress(JOBS, at)) + _feed(pipeline, b.progress(WORKLOADS, at))
+    ended = sorted((t.jobset.name, t.to, t.retry) for t in (e.value for e in out if e.topic == GANG_TRANSITIONS))
+    assert ended == [("other", "Ended", "system"), ("run-abc-a0-1", "Ended", "system")]
+    assert not pipeline._blocked["gangs"]
+
+
+# --- R12.5 stream time -----------------------------------------------------------------------
+
+
+def test_r12_5_an_object_timestamp_never_moves_stream_time() -> None:
+    pipeline = new_pipeline()
+    for r in pod_task_plain_failure(t0=b.T0):
+        _feed(pipeline, r)
+    pod = b.pod("forger", labels=b.attempt_labels(run="x"), containers={"main": b.running(b.T0)})
+    forged = b.event(pod, code=79, first=b.T0.replace(year=2099), last=b.T0.replace(year=2099))
+    _feed(pipeline, b.record(forged, b.T0 + b.minutes(1), "ADDED"))
+    late = b.T0 + pipeline.rules.retention * 2  # a record dated well past the retention...
+    _feed(pipeline, b.record(b.pod("tick", labels={}, containers={"main": b.running(late)}), late, "ADDED"))
+    assert pipeline.states["attempts"] == {}  # ...expires the finished attempt; 2099 played no part
+    assert pipeline.clock(pipeline_stage("attempts"), b.CLUSTER) == late
+
+
+def test_r12_5_stream_time_is_the_watermark_once_there_is_one() -> None:
+    pipeline = new_pipeline()
+    for r in pod_task_plain_failure(t0=b.T0):
+        _feed(pipeline, r)
+    for topic in SOURCE_TOPICS:
+        _feed(pipeline, b.progress(topic, b.T0 + b.minutes(10)))
+    late = b.T0 + pipeline.rules.retention * 2
+    _feed(pipeline, b.record(b.pod("tick", labels={}, containers={"main": b.running(late)}), late, "ADDED"))
+    # The record's time says "much later", the watermark "10 minutes in": the state stays.
+    assert len(pipeline.states["attempts"]) == 1
+    assert pipeline.clock(pipeline_stage("attempts"), b.CLUSTER) == b.T0 + b.minutes(10)
+    for topic in SOURCE_TOPICS:
+        _feed(pipeline, b.progress(topic, late))
+    _feed(pipeline, b.record(b.pod("tock", labels={}, containers={"main": b.running(late)}), late + b.minutes(90), "ADDED"))
+    assert pipeline.states["attempts"] == {}
+
+
+def pipeline_stage(name: str):  # type: ignore[no-untyped-def]
+    from app.core.topology import STAGES
+
+    return next(s for s in STAGES if s.name == name)
+
+
+# --- R12.6 operations ------------------------------------------------------------------------
+
+
+def test_r12_6_metrics_show_how_far_each_watermark_trails_the_wall_clock() -> None:
+    pipeline = new_pipeline()
+    for topic in (PODS, EVENTS):
+        _feed(pipeline, b.progress(topic, b.T0))
+    view = LiveFleet(watermarks=lambda: [Watermark(c, t, at) for c, t, at in pipeline.watermarks()])
+    text = render_metrics(view, now=b.T0.timestamp() + 42.5)
+    assert f'faultline_watermark_lag_seconds{{cluster="{b.CLUSTER}",topic="k8s.pods"}} 42.5' in text
+    assert f'faultline_watermark_lag_seconds{{cluster="{b.CLUSTER}",topic="k8s.events"}} 42.5' in text
+    assert "k8s.jobs" not in text  # no progress of it yet: no watermark to show
