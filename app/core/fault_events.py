@@ -1,4 +1,5 @@
-"""Which Events are GPU faults, and what each says (SPEC R2.1, R2.4, R2.5, R2.5b)."""
+"""Which Events are GPU faults, what each says, and whether to trust it (SPEC R2.1, R2.4,
+R2.5, R2.5b, R2.7)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Final
 import msgspec
 
 from app.core.fault_message import ParsedMessage, parse_fault_message
+from app.core.rules import Rules
 from app.core.xid import DEFAULT_XID_TABLE, XidTable
 from app.model.k8s import Event
 
@@ -20,8 +22,10 @@ class FaultEvent(msgspec.Struct, frozen=True):
     event_uid: str
     pod_uid: str
     pod_name: str
-    namespace: str
+    namespace: str  # the pod's, as the Event names it
+    event_namespace: str  # where the Event was created (the API server's word, R2.7a)
     reported_from: str  # reportingInstance, else source.host; "" if neither
+    reporter: str  # reportingController, else reportingComponent, else source.component (R2.7d)
     parsed: ParsedMessage
     first_seen: datetime
     last_seen: datetime
@@ -43,20 +47,31 @@ def _reported_from(event: Event) -> str:
     return source.host if source is not None else ""
 
 
-def _timing(event: Event) -> tuple[datetime, datetime, int] | None:
+def _reporter(event: Event) -> str:
+    if event.reporting_controller:
+        return event.reporting_controller
+    if event.reporting_component:
+        return event.reporting_component
+    source = event.source or event.deprecated_source
+    return source.component if source is not None else ""
+
+
+def _timing(event: Event, observed_at: datetime) -> tuple[datetime, datetime, int] | None:
     # R2.4: first_seen = eventTime | firstTimestamp | creationTimestamp;
     # last_seen = series.lastObservedTime | lastTimestamp | first_seen.
+    # R2.7c: a client wrote them; the bridge saw the Event at `observed_at`, so neither is later.
     first = event.event_time or event.first_timestamp or event.deprecated_first_timestamp or event.metadata.creation_timestamp
     if first is None:
         return None
     series = event.series
     last = (series.last_observed_time if series else None) or event.last_timestamp or event.deprecated_last_timestamp or first
     count = (series.count if series else None) or event.count or event.deprecated_count or 1
-    return first, last, count
+    return min(first, observed_at), min(max(first, last), observed_at), count
 
 
-def fault_event_of(event: Event, table: XidTable = DEFAULT_XID_TABLE) -> FaultEvent | None:
-    """The fault this Event records, or None if it records none (never raises)."""
+def fault_event_of(event: Event, observed_at: datetime, table: XidTable = DEFAULT_XID_TABLE) -> FaultEvent | None:
+    """The fault this Event records, seen by the bridge at `observed_at`, or None if it
+    records none (never raises)."""
     regarding = _regarding(event)
     if event.type != "Warning" or event.reason not in FAULT_REASONS:
         return None  # R2.1
@@ -65,7 +80,7 @@ def fault_event_of(event: Event, table: XidTable = DEFAULT_XID_TABLE) -> FaultEv
     parsed = parse_fault_message(_message(event), table)
     if parsed is None:
         return None  # R2.2, R2.3
-    timing = _timing(event)
+    timing = _timing(event, observed_at)
     if timing is None:
         return None
     first, last, count = timing
@@ -74,7 +89,9 @@ def fault_event_of(event: Event, table: XidTable = DEFAULT_XID_TABLE) -> FaultEv
         pod_uid=regarding.uid,
         pod_name=regarding.name,
         namespace=regarding.namespace or event.metadata.namespace,
+        event_namespace=event.metadata.namespace,
         reported_from=_reported_from(event),
+        reporter=_reporter(event),
         parsed=parsed,
         first_seen=first,
         last_seen=last,
@@ -95,11 +112,17 @@ def merge_updates(old: FaultEvent, new: FaultEvent) -> FaultEvent:
     )
 
 
-def is_trusted(fault: FaultEvent, pod_uid: str, node_name: str, node_trust: bool) -> bool:
-    """R2.5: the uid must match; R2.5b: the event must come from the pod's node."""
+def is_trusted(fault: FaultEvent, pod_uid: str, pod_namespace: str, node_name: str, rules: Rules) -> bool:
+    """Whether a fault Event may speak for the pod it names (R2.5, R2.5b, R2.7)."""
     if fault.pod_uid != pod_uid:
+        return False  # R2.5
+    # R2.7a: created in the pod's own namespace, and naming it there: a user who may
+    # write Events in one namespace cannot speak for another's pods.
+    if fault.event_namespace != pod_namespace or fault.namespace != pod_namespace:
         return False
-    if not node_trust:
+    if rules.trusted_reporters and fault.reporter not in rules.trusted_reporters:
+        return False  # R2.7d
+    if not rules.node_trust:
         return True
-    # A pod with a uid but no node yet trusts no fault event.
+    # R2.5b: from the pod's node; a pod with a uid but no node yet trusts no fault event.
     return bool(node_name) and fault.reported_from == node_name

@@ -109,7 +109,9 @@ def pod_facts_of(
     )
 
 
-def gpu_fault_of(event: FaultEvent, pod_name: str, table: XidTable) -> GpuFault:
+def gpu_fault_of(event: FaultEvent, pod_name: str, node: str, table: XidTable) -> GpuFault:
+    """R2.7b: the fault's node is the pod's (the node it was trusted from), never the
+    `node=` token of the message: the message is the reporter's words."""
     parsed = event.parsed
     return GpuFault(
         kind=parsed.kind,
@@ -119,7 +121,7 @@ def gpu_fault_of(event: FaultEvent, pod_name: str, table: XidTable) -> GpuFault:
         gpu_uuid=parsed.gpu_uuid,
         gpu_index=parsed.gpu_index,
         pci_bus_id=parsed.pci_bus_id,
-        node=parsed.node,
+        node=node,
         pid=parsed.pid,
         process=parsed.process,
         first_seen=event.first_seen,
@@ -134,9 +136,9 @@ def gpu_fault_of(event: FaultEvent, pod_name: str, table: XidTable) -> GpuFault:
 
 def _trusted(facts: PodFacts, faults: dict[str, FaultEvent], rules: Rules) -> tuple[AttributedFault, ...]:
     return tuple(
-        AttributedFault(event_uid=uid, fault=gpu_fault_of(event, facts.name, rules.xid))
+        AttributedFault(event_uid=uid, fault=gpu_fault_of(event, facts.name, facts.node_name, rules.xid))
         for uid, event in sorted(faults.items())
-        if is_trusted(event, facts.uid, facts.node_name, rules.node_trust)
+        if is_trusted(event, facts.uid, facts.namespace, facts.node_name, rules)
     )
 
 
@@ -225,7 +227,7 @@ def fold_event(
 ) -> tuple[PodState | None, list[Emit]]:
     observed_at, cluster, event = envelope.observed_at, envelope.cluster, envelope.object
     # A deleted Event (its TTL ran out) still happened: the log keeps the fault.
-    fault = fault_event_of(event, rules.xid)
+    fault = fault_event_of(event, observed_at, rules.xid)
     if fault is None:
         return state, []
     if state is None:

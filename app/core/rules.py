@@ -59,6 +59,9 @@ class Rules(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True):
     slack_seconds: Seconds = 2 * 60
     # R2.5b: a fault event must come from the pod's node.
     node_trust: bool = True
+    # R2.7d: when not empty, only fault events whose reporter (reportingController, else
+    # reportingComponent, else source.component) is listed are trusted.
+    trusted_reporters: tuple[str, ...] = ()
     # R7.4: stream time an attempt's state is kept after its terminal verdict.
     retention_seconds: Annotated[float, msgspec.Meta(gt=0)] = 6 * 3600
     # R9.2: resume a preempted gang, per JobSet annotation, else this default.

@@ -103,6 +103,7 @@ class ObjectReference(_View):
 
 
 class EventSource(_View):
+    component: str = ""
     host: str = ""
 
 
@@ -125,10 +126,12 @@ class Event(_View):
     last_timestamp: Timestamp | None = None
     count: int | None = None
     source: EventSource | None = None
+    reporting_component: str = ""
     reporting_instance: str = ""
     series: EventSeries | None = None
     # events.k8s.io/v1
     regarding: ObjectReference | None = None
+    reporting_controller: str = ""
     note: str | None = None
     deprecated_first_timestamp: Timestamp | None = None
     deprecated_last_timestamp: Timestamp | None = None

@@ -30,6 +30,9 @@ from tests.unit.scenario import faults, only_verdict
 pytestmark = pytest.mark.usefixtures("driver")  # every rule through every driver
 
 
+SEEN = T0 + minutes(600)  # when the bridge saw the events of the parsing tests: after all of them
+
+
 def decode_event(body: dict) -> Event:
     return msgspec.json.decode(msgspec.json.encode(body), type=Event)
 
@@ -45,13 +48,13 @@ def failed_pod_task(extra_records, *, p=None, finished=T0):
 
 def test_r2_1_only_warning_gpu_reasons_about_pods_are_faults():
     p = pod()
-    assert fault_event_of(decode_event(event(p))) is not None
-    assert fault_event_of(decode_event(event(p, reason="BackOff"))) is None  # S18
-    assert fault_event_of(decode_event(event(p, type_="Normal"))) is None
+    assert fault_event_of(decode_event(event(p)), SEEN) is not None
+    assert fault_event_of(decode_event(event(p, reason="BackOff")), SEEN) is None  # S18
+    assert fault_event_of(decode_event(event(p, type_="Normal")), SEEN) is None
     node_event = event(p)
     node_event["involvedObject"]["kind"] = "Node"
-    assert fault_event_of(decode_event(node_event)) is None
-    assert fault_event_of(decode_event(event(p, reason="GPUSXidError", message=sxid_message(20034)))) is not None
+    assert fault_event_of(decode_event(node_event), SEEN) is None
+    assert fault_event_of(decode_event(event(p, reason="GPUSXidError", message=sxid_message(20034))), SEEN) is not None
 
 
 def test_r2_1_events_k8s_io_v1_maps_to_the_same_fields():
@@ -70,7 +73,7 @@ def test_r2_1_events_k8s_io_v1_maps_to_the_same_fields():
         "reportingInstance": NODE,
         "action": "Detected",
     }
-    fault = fault_event_of(decode_event(body))
+    fault = fault_event_of(decode_event(body), SEEN)
     assert fault is not None
     assert (fault.parsed.code, fault.pod_uid, fault.reported_from, fault.count) == (48, p["metadata"]["uid"], NODE, 3)
     assert fault.first_seen == T0 - minutes(2) and fault.last_seen == T0 - minutes(0.5)
@@ -151,11 +154,11 @@ def test_r2_4_timing_falls_back_event_time_first_timestamp_creation():
     p = pod()
     body = event(p, first=T0 - minutes(5), last=T0 - minutes(1), count=4)
     body["eventTime"] = ts(T0 - minutes(7))
-    fault = fault_event_of(decode_event(body))
+    fault = fault_event_of(decode_event(body), SEEN)
     assert (fault.first_seen, fault.last_seen, fault.count) == (T0 - minutes(7), T0 - minutes(1), 4)
     body = event(p, first=T0 - minutes(5))
     del body["firstTimestamp"], body["lastTimestamp"], body["count"]
-    fault = fault_event_of(decode_event(body))
+    fault = fault_event_of(decode_event(body), SEEN)
     assert fault.first_seen == fault.last_seen == T0 - minutes(5) and fault.count == 1  # creationTimestamp
 
 
@@ -183,7 +186,7 @@ def test_r2_5_fault_naming_the_pod_with_another_uid_is_never_credited():
 
 def test_r2_5_empty_uid_is_rejected():
     p = pod()
-    assert fault_event_of(decode_event(event(p, regarding_uid=""))) is None  # S23
+    assert fault_event_of(decode_event(event(p, regarding_uid="")), SEEN) is None  # S23
 
 
 def test_r2_5b_fault_reported_from_another_node_is_not_trusted():

@@ -31,7 +31,7 @@ def pod_task(fault_first, fault_last=None, *, containers=None, finished=T0, dele
     if deletion is not None:
         failed["metadata"]["deletionTimestamp"] = ts(deletion)
     ev = event(p, first=fault_first, last=fault_last or fault_first)
-    return [record(p, T0 - minutes(200), "ADDED"), record(ev, fault_first, "ADDED"), record(failed, T0 + minutes(0.5))]
+    return [record(p, T0 - minutes(200), "ADDED"), record(ev, fault_last or fault_first, "ADDED"), record(failed, T0 + minutes(0.5))]
 
 
 def classified(records) -> bool:
@@ -45,7 +45,7 @@ def child_pod_job(worker_states, fault_first, *, deletion=None, fault_last=None,
     return [
         record(job, T0 - minutes(300), "ADDED"),
         record(worker, T0 - minutes(250), "ADDED"),
-        record(event(worker, first=fault_first, last=fault_last or fault_first), fault_first, "ADDED"),
+        record(event(worker, first=fault_first, last=fault_last or fault_first), fault_last or fault_first, "ADDED"),
         record(failed, failed_at + minutes(1)),
     ]
 
