@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 
-from app.core.fleet import FleetSettings
+from app.core.rules import FleetSettings
 
 ENV_PREFIX = "FAULTLINE_"
 
@@ -157,7 +157,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             )
 
     def fleet(self) -> FleetSettings:
-        """The fleet fold's settings (app/core/fleet.py)."""
+        """The fleet stage's settings (app/core/fleet_fold.py)."""
         return FleetSettings(
             threshold=self.quarantine_threshold,
             window_seconds=parse_duration(self.quarantine_window),

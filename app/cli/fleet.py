@@ -1,8 +1,9 @@
 """Fleet health without a broker: `faultline fleet TRACE` (terminal tables) and
 `faultline serve --trace TRACE` (the web page, JSON views and /metrics).
 
-Both replay a trace through the embedded Pipeline and fold its output records with the
-fleet fold (app/core/fleet.py), exactly as a worker's fleet agent does over Kafka.
+Both replay a trace through the embedded Pipeline, whose fleet stage derives fleet health
+(app/core/fleet_fold.py) exactly as a worker's does over Kafka, and read the derived
+records into the fleet view (app/core/fleet_summary.py) as a worker's web surface does.
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ import msgspec
 
 from app.cli.offline import add_rules_option, finish_run, report_dead_letter, require_trace, rules_from_args
 from app.core.emit import Emit
-from app.core.fleet import FleetSettings, FleetSummary, PodEvidence, SourceRow, attempt_pods
+from app.core.fleet_evidence import AttemptEvidence, evidence_of
+from app.core.fleet_summary import FleetSummary, SourceRow
+from app.core.rules import FleetSettings, Rules
+from app.model.fleet_records import DERIVED_TOPICS
 from app.model.records import DEAD_LETTER
 from app.replay.pipeline import Pipeline
 from app.replay.trace import encode_output, read_lines, replay
@@ -73,9 +77,14 @@ def replay_counted(lines: Iterable[tuple[int, bytes]], pipeline: Pipeline, live:
     return replay(lines, pipeline, seen=live.count_input, finish=finish)
 
 
-def pipeline_pods(pipeline: Pipeline, attempt_key: str) -> list[PodEvidence]:
-    """The pods the embedded runner holds for an attempt (while its state is kept)."""
-    return attempt_pods(pipeline.states["attempts"].get(attempt_key))
+def pipeline_evidence(pipeline: Pipeline, attempt_key: str) -> AttemptEvidence | None:
+    """An attempt's evidence, while the embedded runner keeps its state."""
+    return evidence_of(pipeline.states["attempts"].get(attempt_key), pipeline.rules.version)
+
+
+def fleet_rules(args: argparse.Namespace) -> Rules:
+    """The rule set, with the fleet settings of the command line."""
+    return msgspec.structs.replace(rules_from_args(args), fleet=fleet_settings(args))
 
 
 # --- terminal tables ------------------------------------------------------------------------------
@@ -157,7 +166,7 @@ def fleet_lines(summary: FleetSummary) -> list[str]:
 
 def run_fleet(args: argparse.Namespace) -> int:
     require_trace(args.trace)
-    pipeline = Pipeline(rules_from_args(args))
+    pipeline = Pipeline(fleet_rules(args))
     live = LiveFleet(fleet_settings(args))
     out: IO[bytes] | None = None
     if args.out is not None:
@@ -166,9 +175,9 @@ def run_fleet(args: argparse.Namespace) -> int:
         for emit in replay_counted(read_lines(args.trace), pipeline, live):
             if emit.topic == DEAD_LETTER:
                 report_dead_letter(emit)
-            for derived in live.observe(emit):
-                if out is not None:
-                    out.write(encode_output(derived) + b"\n")
+            live.observe(emit)
+            if out is not None and emit.topic in DERIVED_TOPICS:
+                out.write(encode_output(emit) + b"\n")
     finally:
         if out is not None and out is not sys.stdout.buffer:
             out.close()
@@ -183,10 +192,10 @@ def run_serve(args: argparse.Namespace) -> int:
     except ImportError:
         raise SystemExit("faultline: `serve` needs aiohttp: pip install 'faultline[stream]'") from None
     require_trace(args.trace)
-    pipeline = Pipeline(rules_from_args(args))
+    pipeline = Pipeline(fleet_rules(args))
     live = LiveFleet(
         fleet_settings(args),
-        pods=lambda key: pipeline_pods(pipeline, key),
+        evidence=lambda key: pipeline_evidence(pipeline, key),
         watermarks=lambda: [Watermark(cluster, topic, at) for cluster, topic, at in pipeline.watermarks()],
     )
     try:

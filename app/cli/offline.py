@@ -12,6 +12,7 @@ import msgspec
 from app import schemas
 from app.core.emit import Emit
 from app.core.rules import Rules
+from app.model.fleet_records import DerivedRecord
 from app.model.records import (
     CLASSIFIED_FAILURES,
     DEAD_LETTER,
@@ -200,7 +201,7 @@ def run_rules(args: argparse.Namespace) -> int:
     return 0
 
 
-_OUTPUT_LINE = msgspec.json.Decoder(OutputLine[ClassifiedFailure | Fault | GangTransition | DeadLetter])
+_OUTPUT_LINE = msgspec.json.Decoder(OutputLine[ClassifiedFailure | Fault | GangTransition | DeadLetter | DerivedRecord])
 
 
 def _replay_output(source: str, args: argparse.Namespace) -> dict[str, ClassifiedFailure]:

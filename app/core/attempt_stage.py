@@ -18,17 +18,20 @@ import msgspec
 from app.core.attempt import AttemptId
 from app.core.child_pods import has_succeeded, is_selected
 from app.core.emit import Emit
+from app.core.fleet_fold import hour_of
+from app.core.fleet_inputs import failure_changes
 from app.core.progress import Watermarks
 from app.core.relevance import anchor_of, crd_failed_at, is_relevant, pod_task_failed_at
 from app.core.rules import Rules
 from app.core.verdict import BaseFailure, Outcome, classify, pod_base_failure
-from app.model.facts import AttemptFact, AttributedFault, JobFacts, PodFacts
+from app.model.facts import AttemptFact, AttributedFault, Counted, JobFacts, PodFacts
 from app.model.records import CLASSIFIED_FAILURES, ClassifiedFailure, ObjectRef
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 # R8.1: a JobSet restarted in place says nothing of why; faults may (generic, so they can).
 RESTART_FAILURE_CODE = "Unknown"
+REVISIONS_KEPT = 20  # verdict revisions kept per attempt, for its evidence
 
 
 class AttemptState(msgspec.Struct, frozen=True):
@@ -41,6 +44,10 @@ class AttemptState(msgspec.Struct, frozen=True):
     restart_seen_at: dict[int, datetime] = {}  # R8.1: generation N -> when restarts passed N
     pods: dict[str, PodFacts] = {}
     emitted: ClassifiedFailure | None = None  # the last verdict emitted for this key
+    # Its revisions, oldest first (the last REVISIONS_KEPT): (revision, code, kind, generation, terminal, failed_at).
+    revisions: tuple[tuple[int, str, str, int, bool, datetime], ...] = ()
+    # How each of its failures counts in the fleet's rates: "<tracked uid>/<generation>" -> count.
+    counted: dict[str, Counted] = {}
 
 
 class _Verdict(msgspec.Struct, frozen=True):
@@ -204,12 +211,24 @@ def fold_attempt(
     verdicts = verdicts_of(state, rules)
     if not verdicts:
         return state, []
+    counted = {f"{v.tracked.uid}/{v.generation}": _counted(v) for v in verdicts}
+    emits = []
+    if counted != state.counted:
+        ident = attempt_id_of(key)
+        emits += failure_changes(ident.cluster, ident.namespace, fact.observed_at, state.counted, counted, rules)
+        state = msgspec.structs.replace(state, counted=counted)
     last = state.emitted
     revision = last.revision + 1 if last is not None else 0
     record = _record(key, verdicts[-1], revision, rules)
     if last is not None and msgspec.structs.replace(last, revision=revision) == record:
-        return state, []  # R7.2: an identical recomputation emits nothing
-    return msgspec.structs.replace(state, emitted=record), [Emit(CLASSIFIED_FAILURES, key, record)]
+        return state, emits  # R7.2: an identical recomputation emits no verdict
+    step = (record.revision, record.code, record.kind, record.generation, record.terminal, record.failed_at)
+    state = msgspec.structs.replace(state, emitted=record, revisions=(*state.revisions, step)[-REVISIONS_KEPT:])
+    return state, [Emit(CLASSIFIED_FAILURES, key, record), *emits]
+
+
+def _counted(v: _Verdict) -> Counted:
+    return Counted(hour_of(v.failed_at), v.outcome.code, v.outcome.kind, v.outcome.gpu_fault is not None)
 
 
 def attempt_expired(state: AttemptState, stream_time: datetime, rules: Rules) -> bool:

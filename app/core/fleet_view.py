@@ -1,8 +1,8 @@
-"""What the web surface reads: the fleet fold's state plus a driver's own counters.
+"""What the web surface reads: the fleet read model plus a driver's own counters.
 
 `FleetView` is the protocol; `LiveFleet` is the one every driver uses (the embedded
-`serve`/`fleet` commands, `classify --fleet`, `run`, and a Faust worker's fleet agent):
-it runs the pure fold (app/core/fleet.py) over output records and counts inputs.
+`serve`/`fleet` commands, `classify --fleet`, `run`, and a Faust worker's read model):
+it reads the derived records, verdicts and dead letters into `fleet_summary.FleetState`.
 No aiohttp here, so the terminal commands work on a core install.
 """
 
@@ -16,7 +16,9 @@ from typing import Protocol
 import msgspec
 
 from app.core.emit import Emit
-from app.core.fleet import DEFAULT_FLEET, FleetSettings, FleetState, FleetSummary, PodEvidence, fleet_summary, fold_fleet
+from app.core.fleet_evidence import AttemptEvidence
+from app.core.fleet_summary import FleetState, FleetSummary, fleet_summary, read
+from app.core.rules import DEFAULT_FLEET, FleetSettings
 
 
 class Lag(msgspec.Struct, frozen=True):
@@ -54,31 +56,38 @@ class FleetView(Protocol):
 
     def counters(self) -> Counters: ...
 
-    def pods_of(self, attempt_key: str) -> list[PodEvidence]:
-        """Pods of an attempt the driver knows beyond the fault records ([] if none)."""
+    def evidence(self, attempt_key: str) -> AttemptEvidence | None:
+        """The attempt's evidence, where the driver keeps it (None: not kept, or not here)."""
+        ...
+
+    def owner_of(self, attempt_key: str) -> str | None:
+        """The web address of another worker holding the attempt's evidence, if any."""
+        ...
+
+    def reports_fleet(self) -> bool:
+        """Whether /metrics here reports the fleet's gauges (one reader of a group does)."""
         ...
 
 
 class LiveFleet:
-    """The fleet fold with its state, fed one output record at a time."""
+    """The fleet read model, fed one record at a time."""
 
     def __init__(
         self,
         settings: FleetSettings = DEFAULT_FLEET,
         *,
-        state: FleetState | None = None,
         records: Callable[[], Mapping[str, int]] | None = None,
         lag: Callable[[], list[Lag]] | None = None,
-        pods: Callable[[str], list[PodEvidence]] | None = None,
+        evidence: Callable[[str], AttemptEvidence | None] | None = None,
         watermarks: Callable[[], list[Watermark]] | None = None,
     ) -> None:
-        """`records`, `lag` and `pods` let a driver that keeps those itself (a Faust
-        worker) answer for them; by default inputs are counted with `count_input`."""
+        """`records`, `lag`, `evidence` and `watermarks` let a driver that keeps those
+        itself answer for them; by default inputs are counted with `count_input`."""
         self._settings = settings
-        self._state = state if state is not None else FleetState()
+        self._state = FleetState()
         self._records = records
         self._lag = lag
-        self._pods = pods
+        self._evidence = evidence
         self._watermarks = watermarks
         self.records: Counter[str] = Counter()
 
@@ -90,17 +99,12 @@ class LiveFleet:
     def settings(self) -> FleetSettings:
         return self._settings
 
-    def restore(self, state: FleetState) -> None:
-        """Continue from a stored state (a worker restarting); the web app keeps this object."""
-        self._state = state
-
-    def observe(self, emit: Emit) -> list[Emit]:
-        """Fold one output record; return the derived records it changed."""
-        self._state, derived = fold_fleet(self._state, emit, self._settings)
-        return derived
+    def observe(self, emit: Emit) -> None:
+        """Read one record (derived records, verdicts and dead letters count; others not)."""
+        read(self._state, emit, self._settings)
 
     def watch(self, emits: Iterable[Emit]) -> Iterator[Emit]:
-        """Pass output records through unchanged, folding each on the way."""
+        """Pass records through unchanged, reading each on the way."""
         for emit in emits:
             self.observe(emit)
             yield emit
@@ -116,8 +120,14 @@ class LiveFleet:
             self._watermarks() if self._watermarks is not None else [],
         )
 
-    def pods_of(self, attempt_key: str) -> list[PodEvidence]:
-        return self._pods(attempt_key) if self._pods is not None else []
+    def evidence(self, attempt_key: str) -> AttemptEvidence | None:
+        return self._evidence(attempt_key) if self._evidence is not None else None
+
+    def owner_of(self, attempt_key: str) -> str | None:
+        return None  # one process holds everything
+
+    def reports_fleet(self) -> bool:
+        return True
 
     def summary(self, top: int = 10) -> FleetSummary:
         return fleet_summary(self._state, self._settings, top)

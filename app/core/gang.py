@@ -64,7 +64,8 @@ import msgspec
 
 from app.core import kueue
 from app.core.emit import Emit
-from app.core.progress import Watermarks
+from app.core.fleet_inputs import gang_change
+from app.core.progress import ANY_PROGRESS, Watermarks
 from app.core.rules import Rules
 from app.model.decode import TypedEnvelope
 from app.model.envelope import JOBS, WORKLOADS, ChangeType
@@ -214,6 +215,7 @@ class Status(msgspec.Struct, frozen=True, gc=False):
     retry: Retry | None = None
     cause: EvictionCause | None = None
     waited_seconds: float | None = None
+    workload: PodRef | None = None  # the Workload as it stood at `at`
 
     def same_as(self, other: Status) -> bool:
         return (self.state, self.reason, self.code, self.retry) == (other.state, other.reason, other.code, other.retry)
@@ -286,8 +288,9 @@ def settle_gang(state: GangStateData, _: str, rules: Rules, marks: Watermarks) -
     return _decided(state, rules, marks)
 
 
-def is_blocked(state: GangStateData) -> bool:
-    return state.blocked
+def gang_waits_until(state: GangStateData, rules: Rules) -> datetime | None:
+    """A gang blocked on an absence settles on any progress of its cluster (R12.4)."""
+    return ANY_PROGRESS if state.blocked else None
 
 
 def _decided(state: GangStateData, rules: Rules, marks: Watermarks) -> tuple[GangStateData, list[Emit]]:
@@ -297,7 +300,8 @@ def _decided(state: GangStateData, rules: Rules, marks: Watermarks) -> tuple[Gan
     emits = []
     status = state.status
     for step in steps[state.steps :]:  # R9.11: one record per state change, each once
-        emits.append(_transition(state, status, step, rules))
+        transition = _transition(state, status, step, rules)
+        emits += [transition, *gang_change(step.at, transition.value, rules)]
         status = step
     if emits or blocked != state.blocked:
         state = msgspec.structs.replace(state, status=status, steps=max(state.steps, len(steps)), blocked=blocked)
@@ -484,6 +488,13 @@ class _Known(NamedTuple):
             return True
         return self.track is not None and self.track.known_after(t)
 
+    def ref_at(self, t: datetime) -> PodRef | None:
+        """The Workload that existed at `t`, if one did."""
+        view = self.view_at(t)
+        if self.track is None or view is None or view.deleted:
+            return None
+        return PodRef(name=self.track.name, uid=self.track.uid)
+
     def view_at(self, t: datetime) -> WorkloadView | None:
         """The Workload as it stood at `t` (None: not there, or not seen yet)."""
         if self.track is None:
@@ -510,7 +521,7 @@ def decide(state: GangStateData, horizon: Horizon, skew: timedelta) -> tuple[lis
         if view.deleted:
             return steps, False
         if view.end is not None:
-            return _step(steps, _jobset_ended(view.end, view.observed_at)), False  # R9.10
+            return steps, not _step(steps, _jobset_ended(view.end, view.observed_at), workload)  # R9.10
         if not started and not view.running and not view.suspended:
             # R9.3: resumed while its Workload, as it stood then, was admitted.
             if not workload.through(view.observed_at):
@@ -521,26 +532,32 @@ def decide(state: GangStateData, horizon: Horizon, skew: timedelta) -> tuple[lis
         if not started:
             i += 1
         elif not view.suspended:
-            if not steps:
-                steps.append(Status("Running", RUNNING, view.observed_at))
+            if not steps and not _step(steps, Status("Running", RUNNING, view.observed_at), workload):
+                return steps, True
             i += 1
         else:
             end = _end_of_suspension(views, i)
             after = views[end] if end < len(views) else None
             kind, taken = _suspension(views[i:end], after, workload, horizon.jobs, skew)
             for status in taken:
-                _step(steps, status)
+                if not _step(steps, status, workload):
+                    return steps, True
             if kind != "resumed":
                 return steps, kind == "blocked"
             i = end
     return steps, False
 
 
-def _step(steps: list[Status], status: Status) -> list[Status]:
-    """A change of state, reason, code or retry is a step; the same status again is not."""
-    if not steps or not steps[-1].same_as(status):
-        steps.append(status)
-    return steps
+def _step(steps: list[Status], status: Status, workload: _Known) -> bool:
+    """Take a step — a change of state, reason, code or retry; the same status again is
+    none — naming the Workload as it stood then (R9.11), so it waits until that is known
+    (R12.4). False: not yet."""
+    if steps and steps[-1].same_as(status):
+        return True
+    if not workload.through(status.at):
+        return False
+    steps.append(msgspec.structs.replace(status, workload=workload.ref_at(status.at)))
+    return True
 
 
 def _end_of_suspension(views: tuple[JobSetView, ...], i: int) -> int:
@@ -648,14 +665,13 @@ def _transition(state: GangStateData, old: Status | None, new: Status, rules: Ru
     """R9.11."""
     track = state.jobset
     assert track is not None
-    workload = newest_workload(state.workloads)
     key = f"{state.cluster}/{track.namespace}/{track.name}"
     value = GangTransition(
         key=key,
         cluster=state.cluster,
         namespace=track.namespace,
         jobset=PodRef(name=track.name, uid=state.uid),
-        workload=PodRef(name=workload.name, uid=workload.uid) if workload is not None else None,
+        workload=new.workload,
         run=track.run,
         action=track.action,
         attempt=track.attempt,

@@ -16,6 +16,7 @@ from app.core.attempt import attempt_of, is_child_pod
 from app.core.child_pods import declared_primary
 from app.core.emit import Emit
 from app.core.fault_events import FaultEvent, fault_event_of, is_trusted, merge_updates
+from app.core.fleet_inputs import fault_changes
 from app.core.progress import Watermarks
 from app.core.rules import Rules
 from app.core.xid import XidTable
@@ -161,9 +162,11 @@ def _forward(previous: PodFacts | None, facts: PodFacts, observed_at: datetime, 
     old = {f.event_uid: f for f in previous.faults} if previous is not None else {}
     relabelled = previous is None or previous.labels != facts.labels
     for attributed in facts.faults:
-        if not relabelled and old.get(attributed.event_uid) == attributed:
+        known = old.get(attributed.event_uid)
+        if not relabelled and known == attributed:
             continue
         key = f"{facts.cluster}/{attributed.event_uid}"
+        emits += fault_changes(facts.cluster, observed_at, key, known.fault if known is not None else None, attributed.fault, rules)
         fault = Fault(
             key=key,
             cluster=facts.cluster,

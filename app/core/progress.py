@@ -11,7 +11,7 @@ runner keeps one `Watermarks` per stage, a Faust worker one per stage partition.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 
 import msgspec
 
@@ -65,9 +65,10 @@ class Watermarks(msgspec.Struct, frozen=True, gc=False):
 
     def stream_time(self, cluster: str) -> datetime | None:
         """R12.5: the least watermark over the topics this stage has seen progress of,
-        for `cluster`; None while any of them has none."""
+        for `cluster`; None while any of them has none. The end of an input is no time
+        to run windows or expiry at: an ended topic does not count (None if all ended)."""
         prefix = f"{cluster}/"
-        topics = {k[len(prefix):] for k in (*self.latest, *self.ended) if k.startswith(prefix)}
+        topics = {k[len(prefix):] for k in self.latest if k.startswith(prefix) and k not in self.ended}
         marks = [self.of(cluster, topic) for topic in topics]
         if not marks or any(m is None for m in marks):
             return None
@@ -75,6 +76,13 @@ class Watermarks(msgspec.Struct, frozen=True, gc=False):
 
 
 NO_PROGRESS = Watermarks()
+# A state that waits for any progress at all (`Stage.waits_until`).
+ANY_PROGRESS = datetime.min.replace(tzinfo=timezone.utc)
+
+
+def settles(waits_until: datetime, stream_time: datetime | None) -> bool:
+    """Does a state waiting until `waits_until` settle at this stream time?"""
+    return waits_until == ANY_PROGRESS or (stream_time is not None and stream_time >= waits_until)
 
 
 def progress_of(topic: str, partition: int, partitions: int, bookmark: TypedEnvelope) -> Progress:

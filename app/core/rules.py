@@ -48,6 +48,34 @@ class AttemptLabels(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 Seconds = Annotated[float, msgspec.Meta(ge=0)]
+
+
+class FleetSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """How the fleet stage derives fleet health (docs/fleet.md). They shape the derived
+    records only, never a verdict, so they are not part of `rules_version`."""
+
+    threshold: Annotated[int, msgspec.Meta(ge=1, description="critical faults that make a node or GPU a quarantine candidate")] = 3
+    window_seconds: Annotated[int, msgspec.Meta(ge=60, description="sliding window of the quarantine count, in stream time")] = 86_400
+    history_hours: Annotated[int, msgspec.Meta(ge=1, le=24 * 90, description="hourly buckets kept (stream time)")] = 48
+    recent_verdicts: Annotated[int, msgspec.Meta(ge=1, le=10_000, description="verdicts kept for the recent-verdicts view")] = 100
+
+    def __post_init__(self) -> None:
+        if self.window_seconds > self.history_hours * 3600:
+            raise ValueError(
+                f"window_seconds = {self.window_seconds} is longer than history_hours = {self.history_hours}: "
+                "faults inside the quarantine window must still be kept; raise history_hours"
+            )
+
+    @property
+    def window(self) -> timedelta:
+        return timedelta(seconds=self.window_seconds)
+
+    @property
+    def history(self) -> timedelta:
+        return timedelta(hours=self.history_hours)
+
+
+DEFAULT_FLEET = FleetSettings()
 RuleSetName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=64)]
 
 
@@ -76,6 +104,8 @@ class Rules(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True):
     child_pod_labels: tuple[str, ...] = DEFAULT_CHILD_POD_LABELS
     # R3: the Xid table is part of the rule set.
     xid: XidTable = DEFAULT_XID_TABLE
+    # Fleet health (docs/fleet.md), derived from the same records; None: not derived.
+    fleet: FleetSettings | None = DEFAULT_FLEET
 
     @cached_property
     def window(self) -> timedelta:
@@ -104,6 +134,7 @@ class Rules(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True):
         """`<name>@<hash>`: the hash covers the Xid table and every setting."""
         settings = msgspec.to_builtins(self, str_keys=True)
         settings.pop("name")
+        settings.pop("fleet")  # shapes derived records, never a verdict
         payload = msgspec.json.encode(settings, order="deterministic")  # sorts keys and sets
         return f"{self.name}@{hashlib.sha256(payload).hexdigest()[:12]}"
 

@@ -1,16 +1,17 @@
 """The stage topology: the one declaration of how records flow through faultline.
 
-    k8s.pods, k8s.events --(cluster/pod uid)--> pods [PodState] -----> faults, attempt-facts
+    k8s.pods, k8s.events --(cluster/pod uid)--> pods [PodState] -----> faults, attempt-facts, fleet-inputs
     k8s.jobs, k8s.workloads ------------------> jobs (stateless) ----> attempt-facts, gang-inputs
-    attempt-facts --(attempt key)-------------> attempts [AttemptState] -> classified-failures
-    gang-inputs --(cluster/JobSet uid)--------> gangs [GangStateData] --> gang-transitions
+    attempt-facts --(attempt key)-------------> attempts [AttemptState] -> classified-failures, fleet-inputs
+    gang-inputs --(cluster/JobSet uid)--------> gangs [GangStateData] --> gang-transitions, fleet-inputs
+    fleet-inputs --(node, GPU, ns-hour, queue)-> fleet [FleetStats] -----> the derived topics (docs/fleet.md)
 
 Each stage says here, once, which topics it reads, how a record of each is keyed and
 folded, its expiry and which topics it writes. Every record carries its time
 (`observed_at`, the bridge's clock), which moves stream time. The drivers — the embedded runner
 (app/replay) and the Faust workers (app/stream) — run this declaration; neither routes,
-keys or decodes records on its own. The internal topics (attempt-facts, gang-inputs)
-are Kafka topics in the streaming path and a hand-over in the embedded one.
+keys or decodes records on its own. The internal topics (attempt-facts, gang-inputs,
+fleet-inputs) are Kafka topics in the streaming path and a hand-over in the embedded one.
 
 JobSets and their Workloads go through one stage (`jobs`): records of both topics reach
 the gang stage in the order one reader interleaves them, never one topic running ahead.
@@ -31,17 +32,28 @@ import msgspec
 
 from app.core.attempt_stage import AttemptState, attempt_expired, fold_attempt
 from app.core.emit import Emit
-from app.core.gang import GangStateData, fold_gang, gang_expired, is_blocked, route_workload_record, settle_gang
+from app.core.fleet_fold import FleetStats, fleet_expired, fleet_waits_until, fold_fleet, settle_fleet
+from app.core.gang import GangStateData, fold_gang, gang_expired, gang_waits_until, route_workload_record, settle_gang
 from app.core.job_facts import route_job_record
 from app.core.pod_stage import PodState, fold_event, fold_pod, key_of_event, key_of_pod, pod_state_expired
 from app.core.progress import Watermarks
 from app.core.rules import Rules
 from app.model.decode import TypedEnvelope, decode_internal, decode_source
 from app.model.envelope import BOOKMARK, EVENTS, JOBS, PODS, WORKLOADS
-from app.model.facts import ATTEMPT_FACTS, GANG_INPUTS, INTERNAL_TOPICS, AttemptFact, GangInput, Progress
+from app.model.facts import (
+    ATTEMPT_FACTS,
+    FLEET_INPUTS,
+    GANG_INPUTS,
+    INTERNAL_TOPICS,
+    AttemptFact,
+    FleetInput,
+    GangInput,
+    Progress,
+)
+from app.model.fleet_records import DERIVED_TOPICS
 from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, FAULTS, GANG_TRANSITIONS
 
-StageRecord = TypedEnvelope | AttemptFact | GangInput | Progress
+StageRecord = TypedEnvelope | AttemptFact | GangInput | FleetInput
 # (state or None, state key, record, rules, the stage's watermarks) -> (new state or None, records to write)
 Fold = Callable[[Any, str, Any, Rules, Watermarks], tuple[Any, list[Emit]]]
 # (state, state key, rules, watermarks) -> the same, decided again on progress (R12.4)
@@ -62,9 +74,9 @@ class Stage(msgspec.Struct, frozen=True):
     outputs: tuple[str, ...]  # logical topics (dead letters aside: every stage may write them)
     state: type | None = None  # None: a stateless router
     expired: Callable[[Any, datetime, Rules], bool] | None = None  # SPEC R7.4
-    # R12.4: a state that waits on progress (`blocked`) is decided again (`settle`) when
-    # a watermark of its cluster moves.
-    blocked: Callable[[Any], bool] | None = None
+    # R12.4: a state that waits on progress says until when (`waits_until`: its cluster's
+    # stream time, or ANY_PROGRESS); it is decided again (`settle`) once progress gets there.
+    waits_until: Callable[[Any, Rules], datetime | None] | None = None
     settle: Settle | None = None
 
     @property
@@ -80,7 +92,7 @@ def _as_is(key: str, _: object) -> str:
 PODS_STAGE = Stage(
     name="pods",
     inputs=(Input(PODS, key_of_pod, fold_pod), Input(EVENTS, key_of_event, fold_event)),
-    outputs=(FAULTS, ATTEMPT_FACTS),
+    outputs=(FAULTS, ATTEMPT_FACTS, FLEET_INPUTS),
     state=PodState,
     expired=pod_state_expired,
 )
@@ -92,25 +104,34 @@ JOBS_STAGE = Stage(
 ATTEMPTS_STAGE = Stage(
     name="attempts",
     inputs=(Input(ATTEMPT_FACTS, _as_is, fold_attempt),),
-    outputs=(CLASSIFIED_FAILURES,),
+    outputs=(CLASSIFIED_FAILURES, FLEET_INPUTS),
     state=AttemptState,
     expired=attempt_expired,
 )
 GANGS_STAGE = Stage(
     name="gangs",
     inputs=(Input(GANG_INPUTS, _as_is, fold_gang),),
-    outputs=(GANG_TRANSITIONS,),
+    outputs=(GANG_TRANSITIONS, FLEET_INPUTS),
     state=GangStateData,
     expired=gang_expired,
-    blocked=is_blocked,
+    waits_until=gang_waits_until,
     settle=settle_gang,
 )
+FLEET_STAGE = Stage(
+    name="fleet",
+    inputs=(Input(FLEET_INPUTS, _as_is, fold_fleet),),
+    outputs=DERIVED_TOPICS,
+    state=FleetStats,
+    expired=fleet_expired,
+    waits_until=fleet_waits_until,
+    settle=settle_fleet,
+)
 
-STAGES: tuple[Stage, ...] = (PODS_STAGE, JOBS_STAGE, ATTEMPTS_STAGE, GANGS_STAGE)
+STAGES: tuple[Stage, ...] = (PODS_STAGE, JOBS_STAGE, ATTEMPTS_STAGE, GANGS_STAGE, FLEET_STAGE)
 # Every topic a stage reads has exactly one reader.
 STAGE_OF: dict[str, Stage] = {i.topic: stage for stage in STAGES for i in stage.inputs}
 INPUT_OF: dict[str, Input] = {i.topic: i for stage in STAGES for i in stage.inputs}
-OUTPUT_TOPICS: tuple[str, ...] = (FAULTS, CLASSIFIED_FAILURES, GANG_TRANSITIONS, DEAD_LETTER)
+OUTPUT_TOPICS: tuple[str, ...] = (FAULTS, CLASSIFIED_FAILURES, GANG_TRANSITIONS, DEAD_LETTER, *DERIVED_TOPICS)
 
 
 def decode_record(topic: str, value: bytes) -> StageRecord:

@@ -8,7 +8,7 @@ from typing import Generic, TypeVar
 import msgspec
 
 from app.model.envelope import BOOKMARK, EVENTS, JOBS, PODS, WORKLOADS, RecordType
-from app.model.facts import ATTEMPT_FACTS, GANG_INPUTS, AttemptInput, GangStageInput
+from app.model.facts import ATTEMPT_FACTS, FLEET_INPUTS, GANG_INPUTS, AttemptInput, FleetInput, GangStageInput
 from app.model.k8s import Event, Job, Pod, Timestamp, Workload
 
 SourceObject = Pod | Event | Job | Workload
@@ -70,11 +70,15 @@ def decode_source(topic: str, value: bytes) -> tuple[TypedEnvelope, SourceObject
     return _checked(topic, envelope), envelope.object
 
 
-_INTERNAL = {ATTEMPT_FACTS: msgspec.json.Decoder(AttemptInput), GANG_INPUTS: msgspec.json.Decoder(GangStageInput)}
+_INTERNAL = {
+    ATTEMPT_FACTS: msgspec.json.Decoder(AttemptInput),
+    GANG_INPUTS: msgspec.json.Decoder(GangStageInput),
+    FLEET_INPUTS: msgspec.json.Decoder(FleetInput),
+}
 _INTERNAL_ENCODER = msgspec.json.Encoder()
 
 
-def decode_internal(topic: str, value: bytes) -> AttemptInput | GangStageInput:
+def decode_internal(topic: str, value: bytes) -> AttemptInput | GangStageInput | FleetInput:
     """A record of an internal re-key topic, as a stage wrote it (`encode_internal`)."""
     decoder = _INTERNAL.get(topic)
     if decoder is None:
@@ -87,7 +91,7 @@ def decode_internal(topic: str, value: bytes) -> AttemptInput | GangStageInput:
         raise BadRecord(f"{topic} record: {exc}") from None
 
 
-def encode_internal(value: AttemptInput | GangStageInput) -> bytes:
+def encode_internal(value: AttemptInput | GangStageInput | FleetInput) -> bytes:
     return _INTERNAL_ENCODER.encode(value)
 
 

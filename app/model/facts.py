@@ -11,14 +11,16 @@ import msgspec
 
 from app.model.envelope import ChangeType
 from app.model.k8s import Job, Timestamp, Workload
-from app.model.records import GpuFault
+from app.model.records import ErrorKind, FaultKind, GangTransition, GpuFault, Severity
 
 # Internal re-key topics (drivers add the configured prefix):
 # the pod stage and the job router -> the attempt stage, keyed by attempt key;
 ATTEMPT_FACTS = "faultline.attempt-facts"
-# the job router (JobSets, Workloads) -> the gang stage, keyed by gang key.
+# the job router (JobSets, Workloads) -> the gang stage, keyed by gang key;
 GANG_INPUTS = "faultline.gang-inputs"
-INTERNAL_TOPICS = (ATTEMPT_FACTS, GANG_INPUTS)
+# the pods, attempts and gangs stages -> the fleet stage, keyed by node, GPU, namespace-hour or queue.
+FLEET_INPUTS = "faultline.fleet-inputs"
+INTERNAL_TOPICS = (ATTEMPT_FACTS, GANG_INPUTS, FLEET_INPUTS)
 # Infinity in stream time: the end of a trace (SPEC R12.3).
 END_OF_TIME = datetime.max.replace(tzinfo=timezone.utc)
 
@@ -126,5 +128,71 @@ class Progress(msgspec.Struct, frozen=True, gc=False, tag="Progress", tag_field=
     final: bool = False
 
 
+# --- fleet inputs: what the stages tell the fleet stage (docs/fleet.md) -----------------------
+
+
+class FaultCount(msgspec.Struct, frozen=True, gc=False):
+    """How one fault Event counts on its node and GPU: once, in the UTC hour of its
+    first_seen, with its repeats as occurrences (SPEC R2.4)."""
+
+    hour: Timestamp
+    first_seen: Timestamp
+    kind: FaultKind
+    code: int
+    name: str
+    severity: Severity
+    occurrences: int
+
+
+class FaultChange(msgspec.Struct, frozen=True, gc=False, tag="FaultChange", tag_field="fact"):
+    """A trusted fault Event counted anew (`before` None) or changed, on a node (`gpu` "")
+    or one of its GPUs. `fault` is its faultline.faults key."""
+
+    cluster: str
+    observed_at: Timestamp  # the source record that changed it, by the bridge's clock
+    fault: str
+    node: str
+    gpu: str
+    gpu_index: int | None
+    before: FaultCount | None
+    after: FaultCount
+
+
+class Counted(msgspec.Struct, frozen=True, gc=False, array_like=True):
+    """How one failure (an attempt's generation, or one try of a pod task) counts in the
+    fleet's failure rates: by its verdict's hour, code and kind."""
+
+    hour: Timestamp
+    code: str
+    kind: ErrorKind
+    gpu_fault: bool
+
+
+class FailureChange(msgspec.Struct, frozen=True, gc=False, tag="FailureChange", tag_field="fact"):
+    """A failed attempt counted in (`failures` +1) or out (-1) of a namespace's hour by
+    its current verdict's code and kind."""
+
+    cluster: str
+    observed_at: Timestamp
+    namespace: str
+    hour: Timestamp
+    code: str
+    kind: ErrorKind
+    failures: int
+    gpu_faults: int  # of those, verdicts naming a GPU fault
+
+
+class GangChange(msgspec.Struct, frozen=True, gc=False, tag="GangChange", tag_field="fact"):
+    """A gang transition, for its queue's preemption and readmission counts."""
+
+    observed_at: Timestamp
+    transition: GangTransition
+
+    @property
+    def cluster(self) -> str:
+        return self.transition.cluster
+
+
 AttemptInput = AttemptFact | Progress  # a faultline.attempt-facts value
 GangStageInput = GangInput | Progress  # a faultline.gang-inputs value
+FleetInput = FaultChange | FailureChange | GangChange | Progress  # a faultline.fleet-inputs value

@@ -1,4 +1,5 @@
-"""Derived records: fleet health folded from the output records (app/core/fleet.py).
+"""Derived records: fleet health, folded per node, GPU, namespace-hour and queue by the
+fleet stage (app/core/fleet_fold.py).
 
 Every value carries a `schema` tag like the other output records. Each derived topic is
 keyed so that the latest record per key is the current value (the topics can be
@@ -20,7 +21,8 @@ GPU_FAULT_RATES = "faultline.gpu-fault-rates"
 QUARANTINE_CANDIDATES = "faultline.quarantine-candidates"
 FAILURE_RATES = "faultline.failure-rates"
 PREEMPTION_WAITS = "faultline.preemption-waits"
-DERIVED_TOPICS = (NODE_FAULT_RATES, GPU_FAULT_RATES, QUARANTINE_CANDIDATES, FAILURE_RATES, PREEMPTION_WAITS)
+GANG_QUEUES = "faultline.gang-queues"
+DERIVED_TOPICS = (NODE_FAULT_RATES, GPU_FAULT_RATES, QUARANTINE_CANDIDATES, FAILURE_RATES, PREEMPTION_WAITS, GANG_QUEUES)
 
 Scope = Literal["node", "gpu"]
 CandidateState = Literal["candidate", "cleared"]
@@ -56,6 +58,7 @@ class NodeFaultRate(_Record, tag="faultline.NodeFaultRate/v1", tag_field="schema
     warn: int
     critical: int
     xids: list[XidCount]
+    last_fault_at: Timestamp | None = None  # the latest first_seen counted in the hour
 
 
 class GpuFaultRate(_Record, tag="faultline.GpuFaultRate/v1", tag_field="schema"):
@@ -74,6 +77,7 @@ class GpuFaultRate(_Record, tag="faultline.GpuFaultRate/v1", tag_field="schema")
     warn: int
     critical: int
     xids: list[XidCount]
+    last_fault_at: Timestamp | None = None  # the latest first_seen counted in the hour
 
 
 class QuarantineCandidate(_Record, tag="faultline.QuarantineCandidate/v1", tag_field="schema"):
@@ -133,4 +137,20 @@ class PreemptionWait(_Record, tag="faultline.PreemptionWait/v1", tag_field="sche
     wait_seconds_max: float
 
 
-DERIVED_RECORD_TYPES: tuple[type, ...] = (NodeFaultRate, GpuFaultRate, QuarantineCandidate, FailureRate, PreemptionWait)
+class GangQueue(_Record, tag="faultline.GangQueue/v1", tag_field="schema"):
+    """`faultline.gang-queues`, key `<cluster>/<queue>`: a queue now — how many gangs wait
+    for readmission in it — and its totals since faultline first saw it."""
+
+    key: str
+    cluster: str
+    queue: str
+    queue_source: Literal["namespace", "queue-name"]
+    waiting: int
+    evictions: int
+    preemptions: int
+    readmissions: int
+    wait_seconds_total: float
+
+
+DerivedRecord = NodeFaultRate | GpuFaultRate | QuarantineCandidate | FailureRate | PreemptionWait | GangQueue
+DERIVED_RECORD_TYPES: tuple[type, ...] = (NodeFaultRate, GpuFaultRate, QuarantineCandidate, FailureRate, PreemptionWait, GangQueue)

@@ -26,7 +26,7 @@ import msgspec
 
 from app.core.dead_letters import dead_letter
 from app.core.emit import Emit
-from app.core.progress import NO_PROGRESS, Watermarks, end_of_input, progress_of
+from app.core.progress import NO_PROGRESS, Watermarks, end_of_input, progress_of, settles
 from app.core.rules import DEFAULT_RULES, Rules
 from app.core.topology import (
     INPUT_OF,
@@ -60,7 +60,8 @@ class Pipeline:
         self.states: dict[str, dict[str, Any]] = {s.name: {} for s in STAGES if s.state is not None}
         # Stage name -> its watermarks, and the keys of its states waiting on progress.
         self.marks: dict[str, Watermarks] = {s.name: NO_PROGRESS for s in STAGES}
-        self._blocked: dict[str, set[str]] = {s.name: set() for s in STAGES if s.blocked is not None}
+        # Stage name -> key -> until when its state waits on progress (R12.4).
+        self._waiting: dict[str, dict[str, datetime]] = {s.name: {} for s in STAGES if s.waits_until is not None}
         self._state_decoders = {s.name: msgspec.json.Decoder(s.state) for s in STAGES if s.state is not None}
         # Topic -> the stage reading it, with that stage's states.
         self._readers = {topic: (stage, INPUT_OF[topic], self.states.get(stage.name)) for topic, stage in STAGE_OF.items()}
@@ -163,12 +164,12 @@ class Pipeline:
         if self.wire:  # as the Faust tables hand it back: encoded, then decoded
             state = self._state_decoders[stage.name].decode(_encoder.encode(state))
         states[key] = state
-        if stage.blocked is not None:
-            blocked = self._blocked[stage.name]
-            if stage.blocked(state):
-                blocked.add(key)
+        if stage.waits_until is not None:
+            until = stage.waits_until(state, self.rules)
+            if until is not None:
+                self._waiting[stage.name][key] = until
             else:
-                blocked.discard(key)
+                self._waiting[stage.name].pop(key, None)
 
     def _progress(self, stage: Stage, progress: Progress) -> list[Emit]:
         """R12.3, R12.4: move the stage's watermark, forward the progress, and decide again
@@ -182,7 +183,8 @@ class Pipeline:
         if stage.settle is None or states is None:
             return out
         prefix = f"{progress.cluster}/"
-        for key in sorted(k for k in self._blocked[stage.name] if k.startswith(prefix)):
+        now = marks.stream_time(progress.cluster)
+        for key in sorted(k for k, until in self._waiting[stage.name].items() if k.startswith(prefix) and settles(until, now)):
             result = settle(stage, states[key], key, self.rules, marks)
             if isinstance(result, Failed):
                 out.append(self._dead_letter(progress.topic, key, progress.partition, None, result.reason, encode_internal(progress)))
@@ -227,4 +229,4 @@ class Pipeline:
             now = {cluster: self.clock(stage, cluster) for cluster in self.latest}
             for key in [k for k, s in states.items() if expired(s, now.get(k.partition("/")[0], _DAWN), self.rules)]:
                 del states[key]
-                self._blocked.get(stage.name, set()).discard(key)
+                self._waiting.get(stage.name, {}).pop(key, None)

@@ -44,7 +44,7 @@ from app.model.decode import BadRecord
 from app.model.facts import INTERNAL_TOPICS, Progress
 from app.settings import Settings
 from app.stream.codecs import Origin
-from app.stream.delivery import Batch, Delivery, origin_of, upstream_origin
+from app.stream.delivery import Batch, Delivery, origin_of, relayed, upstream_origin
 from app.stream.tables import StateTable
 
 log = logging.getLogger("faultline.stream")
@@ -80,7 +80,7 @@ class Stages:
             self.delivery.table(stage.name),
             stage.state,
             (lambda state, now: expired(state, now, rules)) if expired is not None else (lambda state, now: False),
-            blocked=stage.blocked,
+            waits_until=(lambda state: waits_until(state, rules)) if (waits_until := stage.waits_until) is not None else None,
         )
         self.tables[stage.name] = table
         return table
@@ -148,8 +148,10 @@ class Stages:
             # A re-keyed record is recognised by the source record that caused it; a
             # source record by its own position (a header on it is someone else's words).
             origin = upstream_origin(message) if topic in INTERNAL_TOPICS else origin_of(message)
+            # What this stage writes is recognised downstream in its own input partition's order.
+            sent = relayed(origin, message) if topic in INTERNAL_TOPICS else origin
             if progress_in(record):
-                await self._progress(stage, table, topic, message, origin, record, batch)
+                await self._progress(stage, table, topic, message, origin, sent, record, batch)
                 return
             reader = INPUT_OF[topic]
             key = reader.key((message.key or b"").decode("utf-8", "replace"), record)
@@ -168,7 +170,7 @@ class Stages:
                 log.error("%s[%d]@%d: %s", message.topic, message.partition, message.offset, result.reason)
                 await delivery.dead_letter(message, result.reason, batch)
                 return
-            await delivery.send(result[1], origin, batch)
+            await delivery.send(result[1], sent, batch)
             if table is not None and result[0] is not None:
                 table.put(key, entry, origin, result[0])
 
@@ -181,6 +183,7 @@ class Stages:
         topic: str,
         message: faust.types.Message,
         origin: Origin,
+        sent: Origin,
         record: StageRecord,
         batch: Batch,
     ) -> None:
@@ -201,10 +204,11 @@ class Stages:
             return  # nothing new (a repeat, or progress from behind)
         by_partition[message.partition] = marks
         self.counts["progress"] += 1
-        index = await self.delivery.send(forwarded(stage, progress), origin, batch)
+        index = await self.delivery.send(forwarded(stage, progress), sent, batch)
         if table is None or stage.settle is None:
             return
-        for key in table.blocked_keys(message.partition, progress.cluster, self.app.consumer_generation_id):
+        now = marks.stream_time(progress.cluster)
+        for key in table.waiting_keys(message.partition, progress.cluster, now, self.app.consumer_generation_id):
             entry = table.get(key)
             if entry is None or entry.applied(origin):
                 continue
@@ -213,7 +217,7 @@ class Stages:
                 log.error("%s[%d]@%d: %s", message.topic, message.partition, message.offset, result.reason)
                 await self.delivery.dead_letter(message, result.reason, batch)
                 continue
-            index = await self.delivery.send(result[1], origin, batch, index)
+            index = await self.delivery.send(result[1], sent, batch, index)
             table.put(key, entry, origin, result[0])
 
     # --- expiry (SPEC R7.4) --------------------------------------------------------------------

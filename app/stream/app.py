@@ -6,16 +6,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import faust
+import msgspec
 
 from app.core.rules import DEFAULT_RULES, Rules
 from app.settings import Settings
 from app.stream.agents import Stages
-from app.stream.fleet_stage import FleetStage
 from app.stream.faust_fixes import seek_uncommitted_partitions_to_beginning, short_fetch_wait_between_rebalances
+from app.stream.read_model import FleetReadModel
 
 
-def build_app(settings: Settings, rules: Rules = DEFAULT_RULES) -> tuple[faust.App, Stages, FleetStage]:
-    """The app with its stages; the caller mounts a web surface on it before running it."""
+def build_app(settings: Settings, rules: Rules = DEFAULT_RULES) -> tuple[faust.App, Stages, FleetReadModel]:
+    """The app with its stages and its fleet read model; the caller mounts a web surface
+    on it before running it. The fleet settings are the worker's (`fleet_stage` false:
+    no fleet health is derived)."""
+    fleet = settings.fleet()
+    rules = msgspec.structs.replace(rules, fleet=fleet if settings.fleet_stage else None)
     seek_uncommitted_partitions_to_beginning()
     datadir = Path(settings.data_dir) / settings.app_id
     datadir.parent.mkdir(parents=True, exist_ok=True)
@@ -40,8 +45,10 @@ def build_app(settings: Settings, rules: Rules = DEFAULT_RULES) -> tuple[faust.A
     )
     short_fetch_wait_between_rebalances(app, settings.fetch_wait_ms)
     stages = Stages(app, settings, rules)
-    fleet = FleetStage(stages, settings.fleet(), run=settings.fleet_stage)
-    return app, stages, fleet
+    view = FleetReadModel(stages, settings, rules, fleet)
+    if settings.fleet_stage:
+        app.add_dependency(view)
+    return app, stages, view
 
 
 def run_worker(app: faust.App, settings: Settings) -> int:

@@ -226,6 +226,16 @@ def origin_of(message: faust.types.Message) -> Origin:
     return Origin(message.topic, message.partition, Position(message.offset))
 
 
+def relayed(origin: Origin, message: faust.types.Message) -> Origin:
+    """The origin to tag a record with that a stage writes while folding `message`, a
+    record of an internal topic that came from `origin`: the stage's own input partition
+    joins the origin's stream. A stage two hops from the source receives records of one
+    source partition through several partitions of the topic between, interleaved; each
+    (source partition, partition between) is in order, so that is the stream a
+    redelivery is recognised in."""
+    return Origin(f"{origin.topic}>{message.topic}:{message.partition}", origin.partition, origin.position)
+
+
 def upstream_origin(message: faust.types.Message) -> Origin:
     """The source record a re-keyed record came from (its header), else its own position."""
     headers = message.headers or ()

@@ -21,6 +21,7 @@ import faust
 import msgspec
 from faust.streams import current_event
 
+from app.core.progress import settles
 from app.stream.codecs import Entry, Origin, Position, encode, entry_decoder
 from app.stream.faust_fixes import as_current_event
 
@@ -36,22 +37,23 @@ class StateTable(Generic[S]):
         state_type: type,
         expired: Callable[[S, datetime], bool],
         *,
-        blocked: Callable[[S], bool] | None = None,
+        waits_until: Callable[[S], datetime | None] | None = None,
         compressed: bool = False,
     ) -> None:
-        """`blocked`: does a state wait on progress (SPEC R12.4); the table keeps an index
-        of those keys per partition. `compressed`: values are zlib-compressed JSON (for a
-        state that is one large value: a changelog record must stay under the broker's
-        message size limit)."""
+        """`waits_until`: until when a state waits on progress (SPEC R12.4); the table
+        keeps an index of those keys per partition. `compressed`: values are
+        zlib-compressed JSON (for a state that is one large value: a changelog record must
+        stay under the broker's message size limit)."""
         self.table = table
         self._compressed = compressed
         self._decoder = entry_decoder(state_type)
         self._expired = expired
-        self._blocked = blocked
+        self._waits_until = waits_until
         # Latest record time per table partition and cluster (stream time without progress).
         self.latest: dict[int, dict[str, datetime]] = {}
-        # Keys of blocked states per table partition, built by one scan per assignment.
-        self._blocked_keys: dict[int, set[str]] = {}
+        # Per table partition: key -> until when its state waits on progress, built by one
+        # scan per assignment.
+        self._waiting: dict[int, dict[str, datetime]] = {}
         self._generation: int | None = None
         # Folded but not yet written: key -> (the event folded last, encoded Entry).
         self.pending: dict[bytes, tuple[faust.types.EventT, bytes]] = {}
@@ -82,31 +84,35 @@ class StateTable(Generic[S]):
         partition = event.message.partition
         raw = encode(Entry(partition=partition, positions=positions, state=state))
         self.pending[key.encode()] = (event, zlib.compress(raw, 1) if self._compressed else raw)
-        index = self._blocked_keys.get(partition)
-        if index is not None and self._blocked is not None:
-            if self._blocked(state):
-                index.add(key)
+        index = self._waiting.get(partition)
+        if index is not None and self._waits_until is not None:
+            until = self._waits_until(state)
+            if until is not None:
+                index[key] = until
             else:
-                index.discard(key)
+                index.pop(key, None)
 
-    def blocked_keys(self, partition: int, cluster: str, generation: int) -> list[str]:
-        """Keys of `cluster` in `partition` whose state waits on progress, in key order.
-        The index is built by one scan of the stored entries per partition, again after a
-        rebalance (`generation`: another worker may have changed them meanwhile)."""
-        if self._blocked is None:
+    def waiting_keys(self, partition: int, cluster: str, stream_time: datetime | None, generation: int) -> list[str]:
+        """Keys of `cluster` in `partition` whose state waits on progress that has come
+        (`settles`), in key order. The index is built by one scan of the stored entries per
+        partition, again after a rebalance (`generation`: another worker may have changed
+        them meanwhile)."""
+        if self._waits_until is None:
             return []
         if generation != self._generation:
-            self._generation, self._blocked_keys = generation, {}
-        index = self._blocked_keys.get(partition)
+            self._generation, self._waiting = generation, {}
+        index = self._waiting.get(partition)
         if index is None:
-            index = self._blocked_keys[partition] = set()
+            index = self._waiting[partition] = {}
             for raw_key in list(self.table.data.keys()) + list(self.pending):
                 key = raw_key.decode()
                 entry = self.get(key)
-                if entry is not None and entry.partition == partition and self._blocked(entry.state):
-                    index.add(key)
+                if entry is not None and entry.partition == partition:
+                    until = self._waits_until(entry.state)
+                    if until is not None:
+                        index[key] = until
         prefix = f"{cluster}/"
-        return sorted(k for k in index if k.startswith(prefix))
+        return sorted(k for k, until in index.items() if k.startswith(prefix) and settles(until, stream_time))
 
     def _load(self, raw: bytes) -> Entry[S]:
         return self._decoder.decode(zlib.decompress(raw) if self._compressed else raw)
@@ -147,6 +153,6 @@ class StateTable(Generic[S]):
                 expired.append((key, entry.partition))
         for key, partition in expired:
             del self.table.data[key]
-            self._blocked_keys.get(partition, set()).discard(key.decode("utf-8", "replace"))
+            self._waiting.get(partition, {}).pop(key.decode("utf-8", "replace"), None)
             self.table.send_changelog(partition, key, None, key_serializer="raw", value_serializer="raw")
         return len(expired)

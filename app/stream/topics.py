@@ -19,16 +19,14 @@ from kafka.admin import ConfigResource, ConfigResourceType
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from app.model.envelope import SOURCE_TOPICS
-from app.model.facts import ATTEMPT_FACTS, GANG_INPUTS
-from app.model.fleet_records import DERIVED_TOPICS, QUARANTINE_CANDIDATES
+from app.model.facts import ATTEMPT_FACTS, FLEET_INPUTS, GANG_INPUTS
+from app.model.fleet_records import DERIVED_TOPICS, GANG_QUEUES, QUARANTINE_CANDIDATES
 from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, FAULTS, GANG_TRANSITIONS
 from app.settings import Settings
 
-# Internal re-key topic: the output records -> the fleet stage (fleet_stage.py). One
-# partition: the fleet fold is over the whole fleet.
-FLEET_INPUTS = "faultline.fleet-inputs"
 
 Role = Literal["source", "output", "internal"]
+CURRENT_ONLY = (QUARANTINE_CANDIDATES, GANG_QUEUES)
 
 
 class TopicSpec(msgspec.Struct, frozen=True):
@@ -54,10 +52,11 @@ TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(DEAD_LETTER, "output"),
     TopicSpec(ATTEMPT_FACTS, "internal"),
     TopicSpec(GANG_INPUTS, "internal"),
-    TopicSpec(FLEET_INPUTS, "internal", partitions=1),
+    TopicSpec(FLEET_INPUTS, "internal"),
     # Derived records are re-emitted whole when they change: the latest per key is current.
-    *(TopicSpec(name, "output", {"cleanup.policy": "compact,delete"}) for name in DERIVED_TOPICS if name != QUARANTINE_CANDIDATES),
-    TopicSpec(QUARANTINE_CANDIDATES, "output", {"cleanup.policy": "compact"}),
+    *(TopicSpec(name, "output", {"cleanup.policy": "compact,delete"}) for name in DERIVED_TOPICS if name not in CURRENT_ONLY),
+    # A candidate or a queue now: its latest record is current however old it is.
+    *(TopicSpec(name, "output", {"cleanup.policy": "compact"}) for name in CURRENT_ONLY),
 )
 
 

@@ -27,7 +27,7 @@ def mount(faust_app: Any, view: FleetView, prefix: str = "/fleet") -> web.Applic
         raise web.HTTPFound(prefix + "/")
 
     async def metrics(request: web.Request) -> web.Response:
-        return web.Response(body=render_metrics(view).encode(), headers={"Content-Type": CONTENT_TYPE})
+        return web.Response(body=render_metrics(view, fleet=view.reports_fleet()).encode(), headers={"Content-Type": CONTENT_TYPE})
 
     root.router.add_get(prefix, to_page)  # before the sub-app, which would answer 404 for it
     root.add_subapp(prefix, fleet)

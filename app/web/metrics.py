@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from app.core.fleet import SEVERITIES
+from app.core.fleet_summary import severity_totals
 from app.core.fleet_view import FleetView
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -35,8 +35,8 @@ def _family(lines: list[str], name: str, kind: str, help_text: str, samples: Ite
 METRICS = (
     "faultline_records_total",
     "faultline_dead_letters_total",
-    "faultline_verdicts_total",
-    "faultline_faults_total",
+    "faultline_failed_attempts",
+    "faultline_gpu_faults",
     "faultline_quarantine_candidates",
     "faultline_consumer_lag",
     "faultline_preemptions_total",
@@ -48,47 +48,51 @@ METRICS = (
 )
 
 
-def render_metrics(view: FleetView, now: float | None = None) -> str:
-    """`now`: the wall clock (Unix seconds) the watermark lag is measured against."""
+def render_metrics(view: FleetView, now: float | None = None, *, fleet: bool = True) -> str:
+    """The driver's own series, and the fleet's (from the read model) unless `fleet` is
+    False (a worker that is not the group's leader: every worker reads the same fleet, so
+    one reports it). `now`: the wall clock (Unix seconds) the watermark lag is measured against."""
     now = time.time() if now is None else now
     state, counters = view.state, view.counters()
     lines: list[str] = []
     _family(lines, "faultline_records_total", "counter", "Source records processed, by topic.",
             [({"topic": topic}, n) for topic, n in sorted(counters.records.items())])
-    _family(lines, "faultline_dead_letters_total", "counter", "Records that could not be read (faultline.dead-letter).",
-            [({}, state.dead_letters)])
-    _family(lines, "faultline_verdicts_total", "counter",
-            "Verdict records (faultline.classified-failures) by code and kind; a revision counts again.",
-            [({"code": code, "kind": kind}, n) for code, kinds in sorted(state.verdicts_total.items()) for kind, n in sorted(kinds.items())])
-    _family(lines, "faultline_faults_total", "counter", "Distinct GPU fault Events by severity (a repeating Event counts once).",
-            [({"severity": s.lower()}, state.faults_total.get(s, 0)) for s in SEVERITIES])
-    scopes = {"node": 0, "gpu": 0}
-    for scope in state.candidates.values():
-        scopes[scope] += 1
-    _family(lines, "faultline_quarantine_candidates", "gauge", "Nodes and GPUs that are quarantine candidates now.",
-            [({"scope": scope}, n) for scope, n in scopes.items()])
     if counters.lag:
         _family(lines, "faultline_consumer_lag", "gauge", "Records not yet read, by input topic and partition.",
                 [({"topic": lag.topic, "partition": str(lag.partition)}, lag.lag) for lag in counters.lag])
-    queues = sorted(state.queue_totals.items())
-    labels = [({"cluster": q.split("/", 1)[0], "queue": q.split("/", 1)[1]}, totals) for q, totals in queues]
-    _family(lines, "faultline_preemptions_total", "counter", "Gangs preempted by Kueue, by queue (the namespace until queues are known).",
-            [(lab, t.preemptions) for lab, t in labels])
-    _family(lines, "faultline_evictions_total", "counter", "Gangs evicted by Kueue for any reason, by queue.",
-            [(lab, t.evictions) for lab, t in labels])
-    _family(lines, "faultline_readmission_wait_seconds", "summary", "How long preempted gangs waited for readmission, by queue.", [])
-    _family(lines, "faultline_readmission_wait_seconds", "summary", "", [(lab, t.wait_seconds) for lab, t in labels], "_sum")
-    _family(lines, "faultline_readmission_wait_seconds", "summary", "", [(lab, t.readmissions) for lab, t in labels], "_count")
-    waiting: dict[str, int] = {q: 0 for q, _ in queues}
-    for wait in state.waiting.values():
-        waiting[wait.queue] = waiting.get(wait.queue, 0) + 1
-    _family(lines, "faultline_gangs_waiting", "gauge", "Gangs waiting for readmission now, by queue.",
-            [({"cluster": q.split("/", 1)[0], "queue": q.split("/", 1)[1]}, n) for q, n in sorted(waiting.items())])
     if counters.watermarks:
         _family(lines, "faultline_watermark_lag_seconds", "gauge",
                 "How far the watermark of each source topic trails the wall clock (SPEC R12.6): a stalled bridge or partition grows it.",
                 [({"cluster": w.cluster, "topic": w.topic}, round(max(0.0, now - w.at.timestamp()), 3)) for w in counters.watermarks])
+    if not fleet:
+        return "\n".join(lines) + "\n"
+    _family(lines, "faultline_dead_letters_total", "counter", "Records that could not be read (faultline.dead-letter).",
+            [({}, state.dead_letters)])
+    failed: dict[tuple[str, str], int] = {}
+    for rate in state.failures.values():
+        failed[(rate.code, rate.kind)] = failed.get((rate.code, rate.kind), 0) + rate.failures
+    _family(lines, "faultline_failed_attempts", "gauge",
+            "Failed attempts within the history kept, by the code and kind of their current verdict.",
+            [({"code": code, "kind": kind}, n) for (code, kind), n in sorted(failed.items())])
+    _family(lines, "faultline_gpu_faults", "gauge", "Distinct GPU fault Events within the history kept, by severity (a repeating Event counts once).",
+            [({"severity": s.lower()}, n) for s, n in severity_totals(state).items()])
+    scopes = {"node": 0, "gpu": 0}
+    for record in state.candidates.values():
+        scopes[record.scope] += record.state == "candidate"
+    _family(lines, "faultline_quarantine_candidates", "gauge", "Nodes and GPUs that are quarantine candidates now.",
+            [({"scope": scope}, n) for scope, n in scopes.items()])
+    queues = sorted(state.queues.values(), key=lambda q: q.key)
+    labels = [({"cluster": q.cluster, "queue": q.queue}, q) for q in queues]
+    _family(lines, "faultline_preemptions_total", "counter", "Gangs preempted by Kueue, by queue (the namespace when the JobSet names none).",
+            [(lab, q.preemptions) for lab, q in labels])
+    _family(lines, "faultline_evictions_total", "counter", "Gangs evicted by Kueue for any reason, by queue.",
+            [(lab, q.evictions) for lab, q in labels])
+    _family(lines, "faultline_readmission_wait_seconds", "summary", "How long preempted gangs waited for readmission, by queue.", [])
+    _family(lines, "faultline_readmission_wait_seconds", "summary", "", [(lab, q.wait_seconds_total) for lab, q in labels], "_sum")
+    _family(lines, "faultline_readmission_wait_seconds", "summary", "", [(lab, q.readmissions) for lab, q in labels], "_count")
+    _family(lines, "faultline_gangs_waiting", "gauge", "Gangs waiting for readmission now, by queue.",
+            [(lab, q.waiting) for lab, q in labels])
     if state.stream_time is not None:
-        _family(lines, "faultline_stream_time_seconds", "gauge", "The latest record time folded (Unix seconds): how current the view is.",
+        _family(lines, "faultline_stream_time_seconds", "gauge", "The newest time the fleet view speaks of (Unix seconds): how current it is.",
                 [({}, state.stream_time.timestamp())])
     return "\n".join(lines) + "\n"

@@ -1,6 +1,6 @@
 """The aiohttp app: the fleet page, its JSON views and /metrics over a `FleetView`.
 
-Handlers only read the view and encode; every answer is computed by app/core/fleet.py.
+Handlers only read the view and encode; every answer is computed by app/core/fleet_summary.py.
 They run on the event loop that feeds the view, so they never see a half-folded record.
 """
 
@@ -11,10 +11,10 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from app.core.fleet import candidate_rows, evidence_of, failure_rows, fleet_summary, gpu_rows, node_rows, queue_rows, recent_verdicts
+from app.core.fleet_summary import candidate_rows, failure_rows, fleet_summary, gpu_rows, node_rows, queue_rows, recent_verdicts
+from app.core.fleet_view import FleetView
 from app.web.metrics import CONTENT_TYPE, render_metrics
 from app.web.page import PAGE
-from app.core.fleet_view import FleetView
 
 VIEW: web.AppKey[FleetView] = web.AppKey("fleet_view")
 DEFAULT_VERDICTS = 20
@@ -79,12 +79,15 @@ async def verdicts(request: web.Request) -> web.Response:
 async def attempt(request: web.Request) -> web.Response:
     key = request.match_info["key"]
     view = _view(request)
-    evidence = evidence_of(view.state, key, view.pods_of(key))
+    evidence = view.evidence(key)
+    owner = view.owner_of(key) if evidence is None else None
+    if owner is not None and FORWARDED not in request.headers:
+        return await _from_owner(owner, request)
     if evidence is None:
         return _error(
             404,
             f"no attempt {key!r} in the fleet view: give an attempt key <cluster>/<namespace>/<run>/<action>/<attempt> "
-            f"that had a GPU fault or a verdict in the last {view.settings.evidence_hours} h of stream time",
+            "whose state the attempt stage still keeps (its retention after the attempt ended)",
         )
     return _json(evidence)
 
@@ -94,8 +97,25 @@ async def progress(request: web.Request) -> web.Response:
     return _json(_view(request).counters().watermarks)
 
 
+FORWARDED = "X-Faultline-Forwarded"
+
+
+async def _from_owner(owner: str, request: web.Request) -> web.Response:
+    """Ask the worker that holds the attempt (its partition of the attempt stage)."""
+    import aiohttp
+
+    url = owner.rstrip("/") + request.path
+    try:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
+            async with session.get(url, headers={FORWARDED: "1"}) as response:
+                return web.Response(body=await response.read(), status=response.status, content_type="application/json")
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        return _error(502, f"the worker holding this attempt ({owner}) did not answer: {exc}")
+
+
 async def metrics(request: web.Request) -> web.Response:
-    return web.Response(body=render_metrics(_view(request)).encode(), headers={"Content-Type": CONTENT_TYPE})
+    view = _view(request)
+    return web.Response(body=render_metrics(view, fleet=view.reports_fleet()).encode(), headers={"Content-Type": CONTENT_TYPE})
 
 
 def make_web_app(view: FleetView) -> web.Application:

@@ -87,8 +87,11 @@ def verdict(
     fault: GpuFault | None = None,
     faulted_pod: str | None = None,
     namespace: str = NS,
+    pod: str | None = None,
 ) -> Emit:
+    """`pod`: the tracked pod's name (another try of a pod task is another pod)."""
     key = f"{CLUSTER}/{namespace}/{run}/train/1"
+    pod = pod or f"{run}-train-1"
     record = ClassifiedFailure(
         key=key,
         cluster=CLUSTER,
@@ -96,7 +99,7 @@ def verdict(
         run=run,
         action="train",
         attempt="1",
-        tracked=ObjectRef(kind="Pod", name=f"{run}-train-1", uid=f"uid-{run}"),
+        tracked=ObjectRef(kind="Pod", name=pod, uid=f"uid-{pod}"),
         generation=generation,
         terminal=terminal,
         failed_at=failed_at,

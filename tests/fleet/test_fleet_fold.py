@@ -1,26 +1,29 @@
-"""The fleet fold (app/core/fleet.py): rates per hour, quarantine in stream time, failure
-rates, preemption waits, expiry, determinism."""
+"""The fleet stage (app/core/fleet_fold.py) and the fleet view read from what it derives
+(app/core/fleet_summary.py): rates per hour, quarantine in stream time, failure rates,
+preemption waits, bounded state, determinism.
+
+`run` plays the other stages' part: it turns output records (tests/fleet/records.py) into
+the inputs those stages emit (app/core/fleet_inputs.py), each knowing what it emitted
+before, and folds them per key through the fleet stage after moving the stage's watermark
+to the record's time (the bridge's progress keeps up with the records).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from datetime import datetime
 from pathlib import Path
 
 import msgspec
 import pytest
 
 from app.core.emit import Emit
-from app.core.fleet import (
-    DEFAULT_FLEET,
-    FleetSettings,
-    FleetState,
-    evidence_of,
-    fleet_summary,
-    fold_fleet,
-    hour_of,
-    queue_rows,
-)
+from app.core.fleet_evidence import evidence_of
+from app.core.fleet_fold import FleetStats, hour_of
+from app.core.fleet_summary import FleetState, fleet_summary, queue_rows, read
+from app.core.rules import FleetSettings
+from app.core.topology import FLEET_STAGE
 from app.model.fleet_records import (
+    DERIVED_TOPICS,
     FAILURE_RATES,
     GPU_FAULT_RATES,
     NODE_FAULT_RATES,
@@ -34,6 +37,7 @@ from app.model.fleet_records import (
 )
 from app.replay.pipeline import Pipeline
 from app.replay.trace import encode_output, read_lines, replay
+from tests.fleet.driver import run
 from tests.fleet.records import (
     PREEMPTED_ENDING,
     T0,
@@ -48,15 +52,6 @@ from tests.fleet.records import (
 )
 
 MIXED = Path(__file__).resolve().parents[2] / "examples" / "traces" / "mixed.jsonl"
-
-
-def run(emits: Iterable[Emit], settings: FleetSettings = DEFAULT_FLEET, state: FleetState | None = None) -> tuple[FleetState, list[Emit]]:
-    out: list[Emit] = []
-    for emit in emits:
-        state, derived = fold_fleet(state, emit, settings)
-        out.extend(derived)
-    assert state is not None
-    return state, out
 
 
 def latest(out: list[Emit], topic: str) -> dict[str, object]:
@@ -110,7 +105,7 @@ def test_an_sxid_counts_for_its_node_only_and_a_gpu_without_uuid_by_its_index() 
 
 
 def test_hour_of_is_the_utc_hour_start() -> None:
-    from datetime import datetime, timedelta, timezone
+    from datetime import timedelta, timezone
 
     local = datetime(2026, 8, 25, 14, 59, 59, tzinfo=timezone(timedelta(hours=2)))
     assert hour_of(local) == datetime(2026, 8, 25, 12, 0, tzinfo=timezone.utc)
@@ -129,19 +124,21 @@ def test_quarantine_candidate_at_the_threshold_th_distinct_critical_fault() -> N
         fault("ev-2", code=48, first_seen=T0 + hours(5)),
         fault("ev-3", code=31, severity="USER", first_seen=T0 + hours(6)),  # not critical
         fault("ev-4", code=74, first_seen=T0 + hours(9)),
-        fault("ev-5", code=79, first_seen=T0 + hours(10)),  # already a candidate: no new record
+        fault("ev-5", code=79, first_seen=T0 + hours(10)),  # already a candidate: its record is updated
     ])
     records = quarantine(out)
     assert [(r.key, r.state, r.at, r.faults) for r in records] == [
         ("prod-a/node/gpu-17", "candidate", T0 + hours(9), 3),
         ("prod-a/gpu/gpu-17/GPU-aaaa", "candidate", T0 + hours(9), 3),
+        ("prod-a/node/gpu-17", "candidate", T0 + hours(9), 4),
+        ("prod-a/gpu/gpu-17/GPU-aaaa", "candidate", T0 + hours(9), 4),
     ]
     node = records[0]
     assert (node.scope, node.node, node.gpu, node.threshold, node.window_seconds) == ("node", "gpu-17", "", 3, 86400)
     assert node.fault_keys == ["prod-a/ev-1", "prod-a/ev-2", "prod-a/ev-4"]
     assert node.codes == ["Xid 79", "Xid 48", "Xid 74"]
     assert (node.first_fault_at, node.last_fault_at) == (T0, T0 + hours(9))
-    assert set(state.candidates) == {"prod-a/gpu-17", "prod-a/gpu-17/GPU-aaaa"}
+    assert {k for k, r in state.view.candidates.items() if r.state == "candidate"} == {"prod-a/node/gpu-17", "prod-a/gpu/gpu-17/GPU-aaaa"}
 
 
 def test_quarantine_counts_distinct_events_not_repeats() -> None:
@@ -170,13 +167,13 @@ def test_quarantine_clears_when_the_window_slides_past_in_stream_time() -> None:
         # Only time moves: a verdict elsewhere, 30 h later (no wall clock involved).
         verdict("other", failed_at=T0 + hours(30)),
     ])
-    cleared = [r for r in quarantine(out) if r.state == "cleared"]
+    cleared = sorted((r for r in quarantine(out) if r.state == "cleared"), key=lambda r: r.scope != "node")
     assert [(r.key, r.at) for r in cleared] == [
         ("prod-a/node/gpu-17", T0 + hours(24)),  # ev-1 left the 24 h window: 2 < 3
         ("prod-a/gpu/gpu-17/GPU-aaaa", T0 + hours(24)),
     ]
     assert cleared[0].faults == 2 and cleared[0].fault_keys == ["prod-a/ev-2", "prod-a/ev-3"]
-    assert state.candidates == {}
+    assert all(r.state == "cleared" for r in state.view.candidates.values())
 
 
 def test_quarantine_stays_while_newer_faults_keep_the_count_up() -> None:
@@ -187,8 +184,8 @@ def test_quarantine_stays_while_newer_faults_keep_the_count_up() -> None:
         fault("ev-4", first_seen=T0 + hours(23)),
         verdict("other", failed_at=T0 + hours(24) + minutes(30)),  # ev-1 out, 3 left
     ])
-    assert [r.state for r in quarantine(out)] == ["candidate", "candidate"]
-    state, out = run([verdict("later", failed_at=T0 + hours(25) + minutes(30))], state=state)  # ev-2 out too
+    assert [r.state for r in quarantine(out)] == ["candidate"] * 4  # became one at ev-3, updated at ev-4
+    state, out = run([verdict("later", failed_at=T0 + hours(25) + minutes(30))], fleet=state)  # ev-2 out too
     assert [(r.state, r.at) for r in quarantine(out)] == [("cleared", T0 + hours(25))] * 2
 
 
@@ -203,7 +200,7 @@ def test_quarantine_becomes_a_candidate_again_after_clearing() -> None:
 def test_quarantine_threshold_and_window_are_settings() -> None:
     settings = FleetSettings(threshold=2, window_seconds=3600)
     _, out = run([fault("ev-1", first_seen=T0), fault("ev-2", first_seen=T0 + minutes(59))], settings)
-    assert [r.state for r in quarantine(out)] == ["candidate", "candidate"]
+    assert [r.state for r in quarantine(out)][:2] == ["candidate", "candidate"]
     _, out = run([fault("ev-1", first_seen=T0), fault("ev-2", first_seen=T0 + minutes(61))], settings)
     assert quarantine(out) == []
 
@@ -252,8 +249,7 @@ def test_a_revision_that_changes_the_code_moves_the_failure() -> None:
     rates = failures(out)
     assert rates["prod-a/ml/2026-08-25T12:00:00Z/Error/USER"].failures == 0
     assert rates["prod-a/ml/2026-08-25T12:00:00Z/GpuEccUncorrectable/SYSTEM"].failures == 1
-    assert fleet_summary(state).totals.failures == 1
-    assert state.verdicts_total == {"Error": {"USER": 1}, "GpuEccUncorrectable": {"SYSTEM": 1}}
+    assert fleet_summary(state.view).totals.failures == 1
 
 
 def test_a_redelivered_or_unchanged_verdict_counts_once() -> None:
@@ -274,7 +270,7 @@ def test_a_pod_task_restarted_in_place_then_failing_again_is_two_failures() -> N
     _, out = run([
         verdict("p", code="GpuXidError", failed_at=T0),  # pod 1 failed
         verdict("p", code="GpuXidError", failed_at=T0, terminal=False, revision=1),  # pod 2 appeared (R8.2)
-        verdict("p", code="OOMKilled", failed_at=T0 + minutes(30), revision=2),  # pod 2 failed
+        verdict("p", code="OOMKilled", failed_at=T0 + minutes(30), revision=2, pod="p-train-1-b"),  # pod 2 failed
     ])
     rates = failures(out)
     assert rates["prod-a/ml/2026-08-25T12:00:00Z/GpuXidError/USER"].failures == 1
@@ -288,7 +284,6 @@ def test_preemptions_and_readmission_waits_per_queue() -> None:
     state, out = run([
         transition("a", to="WaitingForReadmission", at=T0),
         transition("a", from_="WaitingForReadmission", to="Running", at=T0 + minutes(10), reason="re-admitted by kueue; running", waited_seconds=600.0),
-        transition("a", from_="WaitingForReadmission", to="Running", at=T0 + minutes(10), reason="re-admitted by kueue; running", waited_seconds=600.0),  # redelivered
         transition("b", to="Ended", at=T0 + minutes(20), code="GangEvicted", retry="user", reason=PREEMPTED_ENDING, cause="Preempted"),
         transition("c", to="Ended", at=T0 + minutes(30), code="GangEvicted", retry="system", reason=TIMEOUT_ENDING, cause="PodsReadyTimeout"),
         transition("d", to="WaitingForReadmission", at=T0 + minutes(40)),
@@ -300,7 +295,7 @@ def test_preemptions_and_readmission_waits_per_queue() -> None:
     assert (record.queue, record.queue_source) == ("team-a", "namespace")
     assert (record.evictions, record.preemptions, record.readmissions) == (4, 3, 1)
     assert (record.wait_seconds_total, record.wait_seconds_max) == (600.0, 600.0)
-    [row] = queue_rows(state)
+    [row] = queue_rows(state.view)
     assert (row.waiting, row.wait_seconds_avg) == (1, 600.0)  # d is still waiting
 
 
@@ -309,34 +304,33 @@ def test_preemptions_and_readmission_waits_per_queue() -> None:
 
 def test_dead_letters_are_counted_and_derive_nothing() -> None:
     state, out = run([dead_letter(), dead_letter()])
-    assert (state.dead_letters, out) == (2, [])
+    assert (state.view.dead_letters, out) == (2, [])
 
 
 def test_state_is_bounded_by_the_history_in_stream_time() -> None:
     settings = FleetSettings(history_hours=2, window_seconds=3600)
     state, _ = run([fault("ev-1", attempt="prod-a/ml/a/b/1", first_seen=T0), verdict("a", failed_at=T0)], settings)
-    assert state.nodes and state.counted and state.failures and state.attempts
+    assert state.view.nodes and state.view.failures
+    assert {type(s).__name__ for s in state.states.values()} == {"SourceStats", "FailureStats"}
     state, _ = run([verdict("z", failed_at=T0 + hours(30))], settings, state)
-    assert not state.nodes and not state.gpus and not state.counted
-    assert list(state.failures) == ["prod-a/ml/2026-08-26T18:00:00Z/Error/USER"]
-    assert list(state.attempts) == ["prod-a/ml/z/train/1"]
+    # The view forgets what fell out of the history; the stage drops such states (expiry).
+    assert not state.view.nodes and not state.view.gpus
+    assert list(state.view.failures) == ["prod-a/ml/2026-08-26T18:00:00Z/Error/USER"]
+    assert FLEET_STAGE.expired is not None
+    now = T0 + hours(30)
+    new = "prod-a/failures/ml/2026-08-26T18:00:00Z"
+    assert all(FLEET_STAGE.expired(s, now, state.rules) for k, s in state.states.items() if k != new)
+    assert not FLEET_STAGE.expired(state.states[new], now, state.rules)
 
 
-def test_evidence_lists_faults_in_time_order_and_verdict_revisions() -> None:
-    key = "prod-a/ml/r1/train/1"
-    state, _ = run([
-        fault("ev-2", attempt=key, first_seen=T0 + minutes(5), pod="w-1", pod_uid="uid-w-1"),
-        fault("ev-1", attempt=key, code=92, severity="WARN", first_seen=T0, pod="w-0", pod_uid="u0"),
-        verdict("r1", code="Error", failed_at=T0 + minutes(6)),
-        verdict("r1", code="GpuFallenOffBus", kind="SYSTEM", failed_at=T0 + minutes(6), revision=1, fault=gpu_fault(), faulted_pod="w-1"),
-    ])
-    evidence = evidence_of(state, key)
-    assert evidence is not None
-    assert [f.event_uid for f in evidence.faults] == ["ev-1", "ev-2"]
-    assert [(v.revision, v.code) for v in evidence.verdicts] == [(0, "Error"), (1, "GpuFallenOffBus")]
-    assert evidence.current is not None and evidence.current.code == "GpuFallenOffBus"
-    assert [(p.name, p.faults) for p in evidence.pods] == [("w-0", 1), ("w-1", 1)]
-    assert evidence_of(state, "prod-a/ml/none/x/1") is None
+def test_no_state_grows_with_the_fleet() -> None:
+    """A flood of critical faults on one node keeps its state bounded (HITS_KEPT)."""
+    from app.core.fleet_fold import HITS_KEPT
+
+    state, _ = run([fault(f"ev-{i}", first_seen=T0 + minutes(i / 10)) for i in range(500)])
+    node = state.states["prod-a/node/gpu-17"]
+    assert len(node.hits) == HITS_KEPT  # type: ignore[union-attr]
+    assert len(msgspec.json.encode(node)) < 16_000
 
 
 def mixed_emits() -> list[Emit]:
@@ -344,26 +338,41 @@ def mixed_emits() -> list[Emit]:
 
 
 def test_the_same_records_give_the_same_derived_records_byte_for_byte() -> None:
-    emits = mixed_emits()
-    first = [encode_output(e) for e in run(emits)[1]]
-    second = [encode_output(e) for e in run(mixed_emits())[1]]
+    first = [encode_output(e) for e in mixed_emits() if e.topic in DERIVED_TOPICS]
+    second = [encode_output(e) for e in mixed_emits() if e.topic in DERIVED_TOPICS]
     assert first and first == second
 
 
-def test_the_state_round_trips_through_json() -> None:
+def test_the_states_round_trip_through_json() -> None:
     state, _ = run([*mixed_emits(), *(transition(f"g{i}", at=T0 + hours(2)) for i in range(2))])
-    assert msgspec.json.decode(msgspec.json.encode(state), type=FleetState) == state
+    for value in state.states.values():
+        assert msgspec.json.decode(msgspec.json.encode(value), type=FleetStats) == value
+
+
+def test_evidence_lists_faults_in_time_order_and_verdict_revisions() -> None:
+    pipeline = Pipeline()
+    list(replay(read_lines(MIXED), pipeline))
+    key = "prod-a/ml/llm-pretrain-42/pretrain/1"
+    evidence = evidence_of(pipeline.states["attempts"].get(key), pipeline.rules.version)
+    assert evidence is not None and evidence.current is not None
+    assert evidence.current.code == "MPIJobFailed" and [f.fault.code for f in evidence.faults] == [92, 63]  # in time order
+    assert [(v.revision, v.code) for v in evidence.verdicts][-1] == (evidence.current.revision, "MPIJobFailed")
+    assert any(p.name.endswith("worker-2") and p.faults == 1 for p in evidence.pods)
+    assert evidence_of(pipeline.states["attempts"].get("prod-a/ml/none/x/1"), pipeline.rules.version) is None
 
 
 def test_summary_of_the_mixed_example() -> None:
-    state, out = run(mixed_emits())
-    summary = fleet_summary(state)
+    view = FleetState()
+    out = mixed_emits()
+    for emit in out:
+        read(view, emit)
+    summary = fleet_summary(view)
     assert summary.nodes[0].node == "gpu-17" and summary.nodes[0].candidate
     assert [(q.scope, q.node) for q in summary.quarantine] == [("node", "gpu-17"), ("gpu", "gpu-17")]
     assert summary.totals.faults == 10 and summary.totals.severity.critical == 6
     assert [h.hour.hour for h in summary.hours] == [11, 12, 13]
     assert summary.recent[0].key == "prod-a/ml/ckpt-4/train/2"
     # Every derived record decodes as its schema says.
-    for emit in out:
+    for emit in (e for e in out if e.topic in DERIVED_TOPICS):
         encoded = msgspec.json.encode(emit.value)
         assert msgspec.json.decode(encoded, type=type(emit.value)) == emit.value

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from app.cli.fleet import pipeline_pods, replay_counted
+from app.cli.fleet import pipeline_evidence, replay_counted
 from app.core.fleet_view import Lag, LiveFleet, Watermark
 from app.replay.pipeline import Pipeline
 from app.replay.trace import read_lines
@@ -19,6 +19,7 @@ from app.web.faust_mount import mount
 from app.web.metrics import METRICS
 from app.web.server import make_web_app
 from tests.fleet import promtext
+from tests.fleet.driver import run
 from tests.fleet.records import PREEMPTED_ENDING, T0, dead_letter, hours, minutes, transition
 
 MIXED = Path(__file__).resolve().parents[2] / "examples" / "traces" / "mixed.jsonl"
@@ -30,19 +31,20 @@ def fed_view() -> LiveFleet:
     and a consumer lag as a Faust worker would report it."""
     pipeline = Pipeline()
     live = LiveFleet(
-        pods=lambda key: pipeline_pods(pipeline, key),
+        evidence=lambda key: pipeline_evidence(pipeline, key),
         lag=lambda: [Lag("k8s.pods", 0, 12), Lag("k8s.pods", 1, 0)],
         watermarks=lambda: [Watermark(c, t, at) for c, t, at in pipeline.watermarks()],
     )
     for emit in replay_counted(read_lines(MIXED), pipeline, live, finish=False):
         live.observe(emit)
-    for emit in (
+    gangs = [
         transition("a", to="WaitingForReadmission", at=T0 + hours(1)),
         transition("a", from_="WaitingForReadmission", to="Running", at=T0 + hours(1) + minutes(15), reason="re-admitted", waited_seconds=900.0),
         transition("b", to="Ended", at=T0 + hours(1), code="GangEvicted", retry="user", reason=PREEMPTED_ENDING, cause="Preempted"),
         transition("c", to="WaitingForReadmission", at=T0 + hours(1) + minutes(20)),
-        dead_letter(),
-    ):
+    ]
+    _, derived = run(gangs)  # through the fleet stage, as the gang stage would have them
+    for emit in (*derived, dead_letter()):
         live.observe(emit)
     return live
 
@@ -166,9 +168,9 @@ def test_metrics_in_prometheus_text_format(view: LiveFleet) -> None:
     assert v(samples, "faultline_records_total", topic="k8s.pods") == 39 + 11  # changes and progress records
     assert v(samples, "faultline_records_total", topic="k8s.events") == 11 + 11
     assert v(samples, "faultline_dead_letters_total") == 1
-    assert v(samples, "faultline_verdicts_total", code="GpuEccUncorrectable", kind="SYSTEM") == 2
-    assert v(samples, "faultline_verdicts_total", code="Error", kind="USER") == 3  # every record, revisions too
-    assert v(samples, "faultline_faults_total", severity="critical") == 6
+    assert v(samples, "faultline_failed_attempts", code="GpuEccUncorrectable", kind="SYSTEM") == 2
+    assert v(samples, "faultline_failed_attempts", code="Error", kind="USER") == 2  # attempts, not revisions
+    assert v(samples, "faultline_gpu_faults", severity="critical") == 6
     assert v(samples, "faultline_quarantine_candidates", scope="node") == 1
     assert v(samples, "faultline_consumer_lag", topic="k8s.pods", partition="0") == 12
     assert v(samples, "faultline_preemptions_total", cluster="prod-a", queue="team-a") == 3
@@ -183,7 +185,7 @@ def test_metrics_of_an_empty_view_leave_out_what_is_not_known() -> None:
     types, samples = promtext.parse(metrics_text(LiveFleet())[1])
     assert "faultline_consumer_lag" not in types and "faultline_stream_time_seconds" not in types
     assert promtext.value(samples, "faultline_quarantine_candidates", scope="gpu") == 0
-    assert promtext.value(samples, "faultline_faults_total", severity="user") == 0
+    assert promtext.value(samples, "faultline_gpu_faults", severity="user") == 0
 
 
 def test_metric_label_values_are_escaped() -> None:

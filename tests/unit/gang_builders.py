@@ -23,6 +23,7 @@ from app.core.gang import GangInput, GangStateData
 from app.core.rules import Rules
 from app.model.envelope import JOBS, WORKLOADS, Envelope, TraceLine
 from app.model.k8s import Job, Workload
+from app.model.records import GANG_TRANSITIONS
 from app.replay.pipeline import Pipeline
 from tests.unit.drivers import new_pipeline
 
@@ -238,7 +239,7 @@ def feed(
     lines: Iterable[Line], rules: Rules, pipeline: Pipeline | None = None, *, end: bool = True
 ) -> tuple[GangStateData | None, list[Emit]]:
     """Every line through the driver the test runs with (or `pipeline`, to go on with
-    one): the gang's state after them and every record they emitted. `end`: the lines
+    one): the gang's state after them and every gang transition they emitted. `end`: the lines
     are a whole trace, whose end settles every pending decision (R12.3); else only the
     progress records among them (`GangWorld.progress`) do."""
     pipeline = pipeline if pipeline is not None else new_pipeline(rules)
@@ -247,6 +248,7 @@ def feed(
         emitted.extend(pipeline.feed(line["topic"], line["key"], orjson.dumps(line["value"])))
     if end:
         emitted.extend(pipeline.finish())
+    emitted = [e for e in emitted if e.topic == GANG_TRANSITIONS]
     gangs = pipeline.states["gangs"]
     assert len(gangs) <= 1, f"expected one gang, got {sorted(gangs)}"
     return next(iter(gangs.values()), None), emitted

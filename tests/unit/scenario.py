@@ -6,17 +6,19 @@ import orjson
 
 from app.core.emit import Emit
 from app.core.rules import DEFAULT_RULES, Rules
+from app.model.fleet_records import DERIVED_TOPICS
 from app.model.records import CLASSIFIED_FAILURES, FAULTS, ClassifiedFailure
 from tests.unit.drivers import new_pipeline
 
 
-def run(records: list[dict], rules: Rules = DEFAULT_RULES) -> list[Emit]:
-    """Through the driver the test runs with (tests/unit/drivers.py)."""
+def run(records: list[dict], rules: Rules = DEFAULT_RULES, *, derived: bool = False) -> list[Emit]:
+    """Through the driver the test runs with (tests/unit/drivers.py): every output record
+    (the fleet's derived records too with `derived`; tests/fleet checks those)."""
     pipeline = new_pipeline(rules)
     out: list[Emit] = []
     for r in records:
         out.extend(pipeline.feed(r["topic"], r["key"], orjson.dumps(r["value"])))
-    return out
+    return out if derived else [e for e in out if e.topic not in DERIVED_TOPICS]
 
 
 def verdicts(records: list[dict], rules: Rules = DEFAULT_RULES) -> list[ClassifiedFailure]:

@@ -73,7 +73,7 @@ def test_r2_7_b_a_faults_node_is_the_pods_never_the_token_in_its_message() -> No
         records += [record(p, T0 - minutes(30), "ADDED"), record(_forged(p, node_token="gpu-99", at=T0 + minutes(i)), T0 + minutes(i), "ADDED")]
     _, faults, fleet = _run(records)
     assert len(faults) == 3 and {f.fault.node for f in faults} == {NODE}
-    assert set(fleet.state.candidates) == {f"prod-a/{NODE}", f"prod-a/{NODE}/GPU-1234"}
+    assert {k for k, r in fleet.state.candidates.items() if r.state == "candidate"} == {f"prod-a/node/{NODE}", f"prod-a/gpu/{NODE}/GPU-1234"}
     assert not any("gpu-99" in key for key in (*fleet.state.nodes, *fleet.state.gpus))
 
 
@@ -93,7 +93,10 @@ def test_r2_7_c_client_timestamps_are_capped_by_the_bridges_clock() -> None:
     forged = [f.fault for f in faults if f.fault.pod.name == "late"]
     assert [(f.first_seen, f.last_seen) for f in forged] == [(seen, seen)]
     assert after.state.stream_time is not None and after.state.stream_time.year < 2099
-    assert set(after.state.candidates) == set(before.state.candidates)
+    def candidates(view: LiveFleet) -> set[tuple[str, str]]:
+        return {(k, r.state) for k, r in view.state.candidates.items()}
+
+    assert candidates(after) == candidates(before) and all(state == "candidate" for _, state in candidates(after))
 
 
 def test_r2_7_d_only_listed_reporters_are_trusted_when_a_list_is_set() -> None:

@@ -41,14 +41,20 @@ def interleave(records: list[dict], rnd: random.Random) -> list[dict]:
 
 
 def final_state(records: list[dict]) -> dict[str, bytes]:
-    """Latest record per (topic, key), revision aside (it counts emissions, R7.2)."""
+    """Latest record per (topic, key), revision aside (it counts emissions, R7.2); a
+    derived count that went back to zero is the same as none (a revision moved it)."""
     latest: dict[str, bytes] = {}
-    for emit in run(records):
+    for emit in run(records, derived=True):
         value = emit.value
         if emit.topic == CLASSIFIED_FAILURES:
             value = msgspec.structs.replace(value, revision=0)
         latest[f"{emit.topic} {emit.key}"] = msgspec.json.encode(value)
-    return latest
+    return {k: v for k, v in latest.items() if not _zero(v)}
+
+
+def _zero(value: bytes) -> bool:
+    record = msgspec.json.decode(value)
+    return record.get("failures") == 0 or (record.get("faults") == 0 and record.get("occurrences") == 0)
 
 
 ALL_STORIES = [record for i, story in enumerate(STORIES.values()) for record in story(t0=T0 + timedelta(minutes=7 * i))]

@@ -433,6 +433,18 @@ def test_r9_11_transition_record_fields() -> None:
     assert emitted[-1].key == f"{CLUSTER}/{NAMESPACE}/{JOBSET_NAME}"
 
 
+def test_r9_11_a_transition_names_the_workload_as_it_stood_then_whatever_the_order() -> None:
+    # The JobSet runs (its workers ready) before Kueue creates its Workload.
+    world = GangWorld(policy="false").create_jobset().unsuspend().workers_ready()
+    world.create_workload().admit().preempt().suspend().release_quota()
+    jobsets, workloads = world.jobset_records(), world.workload_records()
+    for lines in (world.records, jobsets + workloads, workloads + jobsets):
+        got = transitions(lines)
+        assert [(t.to, t.workload.uid if t.workload else None) for t in got] == [("Running", None), ("Ended", WORKLOAD_UID)]
+    # Running is not taken before the Workload as it stood then is known.
+    assert transitions(jobsets[:3], end=False) == []
+
+
 def test_r9_11_attempt_labels_are_null_when_absent() -> None:
     world = GangWorld(policy="true", labels={}).start()
     running = last(world)

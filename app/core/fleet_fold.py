@@ -1,0 +1,473 @@
+"""The fleet stage: fleet health folded per key, never one value for the whole fleet.
+
+Its inputs (`faultline.fleet-inputs`) come from the other stages, each keyed by what it
+counts toward (`app/core/fleet_inputs.py`):
+
+    <cluster>/node/<node>               a node: its faults per hour, quarantine (R2.7b: by the pod's node)
+    <cluster>/gpu/<node>/<gpu>          one GPU of a node: the same
+    <cluster>/failures/<ns>/<hour>      failed attempts of a namespace in one hour, by code and kind
+    <cluster>/queue/<ns>/<queue>        a LocalQueue: Kueue evictions, preemptions, readmission waits
+
+Each state is bounded by the settings, not by the fleet: hourly buckets within
+`history_hours`, at most `HITS_KEPT` critical faults for the quarantine count, the gangs
+waiting in one queue. Every change emits the derived record it changed (the derived
+topics, app/model/fleet_records.py); the fleet-wide views are assembled from those
+records at read time (app/core/fleet_read.py), so any worker can serve them.
+
+Time is stream time (SPEC R12.5): the fleet stage's watermark, else the latest record
+time folded into the state; never a timestamp written inside an object. The quarantine
+window slides on it, so a state with critical faults waits on progress (`due`).
+
+Choices (docs/fleet.md says them for users):
+- A fault is one Event: it counts once, in the UTC hour of its first_seen, however often
+  it repeats; repeats add to `occurrences` only.
+- Quarantine counts distinct critical fault Events whose first_seen lies within the last
+  `window_seconds` of stream time, per node and per GPU.
+- A failure is one (attempt, generation); its latest verdict decides its code and kind.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import msgspec
+
+from app.core.emit import Emit
+from app.core.kueue import PREEMPTION
+from app.core.progress import Watermarks
+from app.core.rules import FleetSettings, Rules
+from app.model.facts import FailureChange, FaultChange, FaultCount, GangChange
+from app.model.fleet_records import (
+    FAILURE_RATES,
+    GANG_QUEUES,
+    GPU_FAULT_RATES,
+    NODE_FAULT_RATES,
+    PREEMPTION_WAITS,
+    QUARANTINE_CANDIDATES,
+    CandidateState,
+    FailureRate,
+    GangQueue,
+    GpuFaultRate,
+    NodeFaultRate,
+    PreemptionWait,
+    QuarantineCandidate,
+    Scope,
+    XidCount,
+)
+from app.model.records import GANG_EVICTED, WAITING_FOR_READMISSION, ErrorKind, GangTransition
+
+SEVERITIES = ("USER", "WARN", "CRITICAL")
+HITS_KEPT = 100  # critical faults kept per node or GPU for its quarantine count
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def hour_of(at: datetime) -> datetime:
+    """The start of the UTC hour holding `at`."""
+    return at.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0)
+
+
+def iso(at: datetime) -> str:
+    return at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def fault_label(kind: str, code: int) -> str:
+    return f"{'SXid' if kind == 'SXID' else 'Xid'} {code}"
+
+
+# --- states ------------------------------------------------------------------------------------
+
+
+class Hit(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """A critical fault that may count toward quarantine."""
+
+    at: datetime  # the fault's first_seen
+    fault: str  # its faultline.faults key
+    label: str  # "Xid 79"
+
+
+class Bucket(msgspec.Struct, frozen=True, gc=False):
+    hour: datetime
+    xids: tuple[XidCount, ...]  # ordered by (kind, code)
+    last_fault_at: datetime
+
+
+class SourceStats(msgspec.Struct, frozen=True, gc=False, tag="source"):
+    """A node (gpu == "") or one GPU of a node."""
+
+    cluster: str
+    node: str
+    gpu: str = ""
+    gpu_index: int | None = None
+    latest: datetime = _EPOCH  # the latest record time folded in (stream time without progress)
+    buckets: tuple[Bucket, ...] = ()  # by hour, within the history
+    hits: tuple[Hit, ...] = ()  # by (at, fault): the newest HITS_KEPT critical faults in the window
+    candidate_since: datetime | None = None
+
+    @property
+    def scope(self) -> Scope:
+        return "gpu" if self.gpu else "node"
+
+
+class FailureCount(msgspec.Struct, frozen=True, gc=False, array_like=True):
+    code: str
+    kind: ErrorKind
+    failures: int
+    gpu_faults: int
+
+
+class FailureStats(msgspec.Struct, frozen=True, gc=False, tag="failures"):
+    """Failed attempts of one namespace in one UTC hour."""
+
+    cluster: str
+    namespace: str
+    hour: datetime
+    latest: datetime = _EPOCH
+    counts: tuple[FailureCount, ...] = ()  # by (code, kind)
+
+
+class QueueBucket(msgspec.Struct, frozen=True, gc=False, array_like=True):
+    hour: datetime
+    evictions: int = 0
+    preemptions: int = 0
+    readmissions: int = 0
+    wait_seconds_total: float = 0.0
+    wait_seconds_max: float = 0.0
+
+
+class QueueStats(msgspec.Struct, frozen=True, gc=False, tag="queue"):
+    """One LocalQueue (or a namespace, for JobSets that name none)."""
+
+    cluster: str
+    queue: str  # "<namespace>/<queue>", or "<namespace>"
+    queue_source: str  # "queue-name" | "namespace"
+    latest: datetime = _EPOCH
+    buckets: tuple[QueueBucket, ...] = ()
+    waiting: dict[str, datetime] = {}  # gang key -> since (WaitingForReadmission now)
+    totals: QueueBucket = QueueBucket(_EPOCH)  # lifetime (counters never go down)
+
+
+FleetStats = SourceStats | FailureStats | QueueStats
+
+
+# --- keys ------------------------------------------------------------------------------------
+
+
+def node_key(cluster: str, node: str) -> str:
+    return f"{cluster}/node/{node}"
+
+
+def gpu_key(cluster: str, node: str, gpu: str) -> str:
+    return f"{cluster}/gpu/{node}/{gpu}"
+
+
+def failures_key(cluster: str, namespace: str, hour: datetime) -> str:
+    return f"{cluster}/failures/{namespace}/{iso(hour)}"
+
+
+def queue_name(t: GangTransition) -> str:
+    """The queue a gang waits in: its LocalQueue (`<namespace>/<queue>`), or the namespace."""
+    return f"{t.namespace}/{t.queue}" if t.queue else t.namespace
+
+
+def queue_key(t: GangTransition) -> str:
+    return f"{t.cluster}/queue/{queue_name(t)}"
+
+
+# --- the fold ---------------------------------------------------------------------------------
+
+
+def _now(state: FleetStats, marks: Watermarks) -> datetime:
+    """R12.5: the stage's watermark for the cluster, else the latest record time."""
+    return marks.stream_time(state.cluster) or state.latest
+
+
+def _horizon(now: datetime, fleet: FleetSettings) -> datetime:
+    """The oldest hour still kept."""
+    return hour_of(now) - timedelta(hours=fleet.history_hours - 1)
+
+
+def fold_fleet(
+    state: FleetStats | None, key: str, record: FaultChange | FailureChange | GangChange, rules: Rules, marks: Watermarks
+) -> tuple[FleetStats | None, list[Emit]]:
+    fleet = rules.fleet
+    if fleet is None:
+        return state, []
+    if isinstance(record, FaultChange):
+        return _on_fault(state if isinstance(state, SourceStats) else None, record, fleet, marks)
+    if isinstance(record, FailureChange):
+        return _on_failure(state if isinstance(state, FailureStats) else None, record, fleet, marks)
+    return _on_gang(state if isinstance(state, QueueStats) else None, key, record, fleet, marks)
+
+
+def settle_fleet(state: FleetStats, key: str, rules: Rules, marks: Watermarks) -> tuple[FleetStats, list[Emit]]:
+    """Stream time moved (R12.4): slide the quarantine window, drop hours past the history."""
+    fleet = rules.fleet
+    if fleet is None:
+        return state, []
+    now = _now(state, marks)
+    if isinstance(state, SourceStats):
+        return _slide(state, now, fleet)
+    return _sweep(state, now, fleet), []
+
+
+def fleet_waits_until(state: FleetStats, rules: Rules) -> datetime | None:
+    """A node or GPU with critical faults waits on stream time: when its candidacy ends
+    (the threshold-th newest fault leaves the window), else when its oldest fault does."""
+    if not isinstance(state, SourceStats) or not state.hits or rules.fleet is None:
+        return None
+    fleet = rules.fleet
+    if state.candidate_since is not None and len(state.hits) >= fleet.threshold:
+        return state.hits[-fleet.threshold].at + fleet.window
+    return state.hits[0].at + fleet.window
+
+
+def fleet_expired(state: FleetStats, stream_time: datetime, rules: Rules) -> bool:
+    """Nothing left within the history, no quarantine, no gang waiting."""
+    fleet = rules.fleet
+    if fleet is None:
+        return True
+    horizon = _horizon(stream_time, fleet)
+    if isinstance(state, SourceStats):
+        recent = any(b.hour >= horizon for b in state.buckets)
+        return not recent and not state.hits and state.candidate_since is None
+    if isinstance(state, FailureStats):
+        return state.hour < horizon
+    return not state.waiting and all(b.hour < horizon for b in state.buckets)
+
+
+# --- faults: rates and quarantine -----------------------------------------------------------
+
+
+def _on_fault(state: SourceStats | None, change: FaultChange, fleet: FleetSettings, marks: Watermarks) -> tuple[SourceStats, list[Emit]]:
+    if state is None:
+        state = SourceStats(change.cluster, change.node, change.gpu)
+    state = msgspec.structs.replace(
+        state,
+        latest=max(state.latest, change.observed_at),
+        gpu_index=change.gpu_index if change.gpu_index is not None else state.gpu_index,
+    )
+    now = _now(state, marks)
+    state, out = _slide(state, now, fleet)
+    horizon = _horizon(now, fleet)
+    before, after = change.before, change.after
+    hours = set()
+    if before is not None and before.hour >= horizon:
+        state = _count(state, before, -1, -before.occurrences)
+        hours.add(before.hour)
+    if after.hour >= horizon:
+        state = _count(state, after, 1, after.occurrences)
+        hours.add(after.hour)
+    out += [_rate(state, hour) for hour in sorted(hours)]
+    if after.severity == "CRITICAL" and (before is None or before.first_seen != after.first_seen):
+        state, became = _hit(state, Hit(after.first_seen, change.fault, fault_label(after.kind, after.code)), now, fleet)
+        if became or state.candidate_since is not None:
+            out.append(_quarantine(state, "candidate", state.candidate_since or after.first_seen, now, fleet))
+    return state, out
+
+
+def _count(state: SourceStats, fault: FaultCount, faults: int, occurrences: int) -> SourceStats:
+    buckets = list(state.buckets)
+    index = next((i for i, b in enumerate(buckets) if b.hour == fault.hour), None)
+    xids = list(buckets[index].xids) if index is not None else []
+    last = buckets[index].last_fault_at if index is not None else fault.first_seen
+    at = next((i for i, x in enumerate(xids) if (x.kind, x.code) == (fault.kind, fault.code)), None)
+    if at is None:
+        xids.append(XidCount(fault.kind, fault.code, fault.name, fault.severity, faults, occurrences))
+        xids.sort(key=lambda x: (x.kind, x.code))
+    else:
+        x = xids[at]
+        xids[at] = msgspec.structs.replace(x, faults=x.faults + faults, occurrences=x.occurrences + occurrences)
+    xids = [x for x in xids if x.faults > 0 or x.occurrences > 0]
+    bucket = Bucket(fault.hour, tuple(xids), max(last, fault.first_seen) if faults >= 0 else last)
+    if index is None:
+        buckets.append(bucket)
+        buckets.sort(key=lambda b: b.hour)
+    else:
+        buckets[index] = bucket
+    return msgspec.structs.replace(state, buckets=tuple(buckets))
+
+
+def _severity_counts(xids: tuple[XidCount, ...] | list[XidCount]) -> dict[str, int]:
+    counts = dict.fromkeys(SEVERITIES, 0)
+    for x in xids:
+        counts[x.severity] += x.faults
+    return counts
+
+
+def _rate(state: SourceStats, hour: datetime) -> Emit:
+    bucket = next((b for b in state.buckets if b.hour == hour), None)
+    xids = list(bucket.xids) if bucket is not None else []
+    sev = _severity_counts(xids)
+    faults, occurrences = sum(x.faults for x in xids), sum(x.occurrences for x in xids)
+    last = bucket.last_fault_at if bucket is not None else None
+    if state.gpu:
+        key = f"{state.cluster}/{state.node}/{state.gpu}/{iso(hour)}"
+        return Emit(
+            GPU_FAULT_RATES,
+            key,
+            GpuFaultRate(key, state.cluster, state.node, state.gpu, state.gpu_index, hour, faults, occurrences, sev["USER"], sev["WARN"], sev["CRITICAL"], xids, last),
+        )
+    key = f"{state.cluster}/{state.node}/{iso(hour)}"
+    return Emit(
+        NODE_FAULT_RATES, key, NodeFaultRate(key, state.cluster, state.node, hour, faults, occurrences, sev["USER"], sev["WARN"], sev["CRITICAL"], xids, last)
+    )
+
+
+def _hit(state: SourceStats, hit: Hit, now: datetime, fleet: FleetSettings) -> tuple[SourceStats, bool]:
+    """Count a critical fault; True when it makes the source a candidate. When it became
+    one is read from the faults themselves (the first instant `threshold` of them lay
+    within one window), so it does not depend on the order they arrived in."""
+    oldest = now - fleet.window
+    hits = {h.fault: h for h in state.hits if h.at > oldest}
+    if hit.at > oldest:
+        hits[hit.fault] = hit
+    ordered = tuple(sorted(hits.values(), key=lambda h: (h.at, h.fault)))[-HITS_KEPT:]
+    since = _candidate_since(ordered, fleet)
+    became = state.candidate_since is None and since is not None
+    return msgspec.structs.replace(state, hits=ordered, candidate_since=since), became
+
+
+def _candidate_since(hits: tuple[Hit, ...], fleet: FleetSettings) -> datetime | None:
+    n = fleet.threshold
+    for i in range(n - 1, len(hits)):
+        if hits[i].at - hits[i - n + 1].at < fleet.window:
+            return hits[i].at
+    return None
+
+
+def candidate_key(scope: Scope, cluster: str, node: str, gpu: str) -> str:
+    return f"{cluster}/node/{node}" if scope == "node" else f"{cluster}/gpu/{node}/{gpu}"
+
+
+def _quarantine(state: SourceStats, what: CandidateState, at: datetime, now: datetime, fleet: FleetSettings) -> Emit:
+    counted = [h for h in state.hits if h.at > min(at, now) - fleet.window]
+    key = candidate_key(state.scope, state.cluster, state.node, state.gpu)
+    record = QuarantineCandidate(
+        key=key,
+        cluster=state.cluster,
+        scope=state.scope,
+        node=state.node,
+        gpu=state.gpu,
+        state=what,
+        at=at,
+        faults=len(counted),
+        threshold=fleet.threshold,
+        window_seconds=fleet.window_seconds,
+        first_fault_at=counted[0].at if counted else None,
+        last_fault_at=counted[-1].at if counted else None,
+        fault_keys=[h.fault for h in counted],
+        codes=[h.label for h in counted],
+    )
+    return Emit(QUARANTINE_CANDIDATES, key, record)
+
+
+def _slide(state: SourceStats, now: datetime, fleet: FleetSettings) -> tuple[SourceStats, list[Emit]]:
+    """Clear a candidate whose window slid past — at the instant the threshold-th newest
+    counted fault left it — forget faults out of the window, drop hours past the history."""
+    out: list[Emit] = []
+    window, n = fleet.window, fleet.threshold
+    if state.candidate_since is not None and sum(1 for h in state.hits if h.at > now - window) < n:
+        at = state.hits[-n].at + window
+        cleared = msgspec.structs.replace(state, hits=tuple(h for h in state.hits if h.at > at - window))
+        out.append(_quarantine(cleared, "cleared", at, at, fleet))
+        state = msgspec.structs.replace(state, candidate_since=None)
+    kept = tuple(h for h in state.hits if h.at > now - window) if state.candidate_since is None else state.hits
+    horizon = _horizon(now, fleet)
+    buckets = tuple(b for b in state.buckets if b.hour >= horizon)
+    if kept != state.hits or buckets != state.buckets:
+        state = msgspec.structs.replace(state, hits=kept, buckets=buckets)
+    return state, out
+
+
+# --- verdicts: failure rates ------------------------------------------------------------------
+
+
+def _on_failure(
+    state: FailureStats | None, change: FailureChange, fleet: FleetSettings, marks: Watermarks
+) -> tuple[FailureStats | None, list[Emit]]:
+    if state is None:
+        if change.failures < 0:
+            return None, []  # counted out of an hour no longer kept
+        state = FailureStats(change.cluster, change.namespace, change.hour)
+    state = msgspec.structs.replace(state, latest=max(state.latest, change.observed_at))
+    counts = {(c.code, c.kind): c for c in state.counts}
+    known = counts.get((change.code, change.kind)) or FailureCount(change.code, change.kind, 0, 0)
+    counts[(change.code, change.kind)] = FailureCount(
+        change.code, change.kind, known.failures + change.failures, known.gpu_faults + change.gpu_faults
+    )
+    state = msgspec.structs.replace(state, counts=tuple(counts[k] for k in sorted(counts)))
+    count = counts[(change.code, change.kind)]
+    key = f"{state.cluster}/{state.namespace}/{iso(state.hour)}/{count.code}/{count.kind}"
+    record = FailureRate(key, state.cluster, state.namespace, state.hour, count.code, count.kind, count.failures, count.gpu_faults)
+    return state, [Emit(FAILURE_RATES, key, record)]
+
+
+# --- gang transitions: preemptions and waits per queue ----------------------------------------
+
+
+def _on_gang(state: QueueStats | None, key: str, change: GangChange, fleet: FleetSettings, marks: Watermarks) -> tuple[QueueStats, list[Emit]]:
+    t = change.transition
+    if state is None:
+        state = QueueStats(t.cluster, queue_name(t), "queue-name" if t.queue else "namespace")
+    state = msgspec.structs.replace(state, latest=max(state.latest, change.observed_at))
+    waiting = dict(state.waiting)
+    if t.to == WAITING_FOR_READMISSION:
+        waiting[t.key] = t.at
+    else:
+        waiting.pop(t.key, None)
+    evicted = t.to == WAITING_FOR_READMISSION or (t.code == GANG_EVICTED and t.from_ != WAITING_FOR_READMISSION)
+    # R9.4: only a preemption waits; with the policy off it ends the attempt at once.
+    preempted = t.to == WAITING_FOR_READMISSION or (evicted and t.cause is not None and t.cause.reason == PREEMPTION)
+    readmitted = t.from_ == WAITING_FOR_READMISSION and t.to == "Running"
+    waited = (t.waited_seconds or 0.0) if readmitted else 0.0
+    state = msgspec.structs.replace(state, waiting=waiting, totals=_add_wait(state.totals, evicted, preempted, readmitted, waited))
+    out: list[Emit] = []
+    now = _now(state, marks)
+    hour = hour_of(t.at)
+    if (evicted or readmitted) and hour >= _horizon(now, fleet):
+        buckets = {b.hour: b for b in state.buckets}
+        bucket = _add_wait(buckets.get(hour) or QueueBucket(hour), evicted, preempted, readmitted, waited)
+        buckets[hour] = bucket
+        state = msgspec.structs.replace(state, buckets=tuple(buckets[h] for h in sorted(buckets)))
+        wait_key = f"{state.cluster}/{state.queue}/{iso(hour)}"
+        out.append(
+            Emit(
+                PREEMPTION_WAITS,
+                wait_key,
+                PreemptionWait(
+                    wait_key, state.cluster, state.queue, state.queue_source, hour, bucket.evictions, bucket.preemptions,  # type: ignore[arg-type]
+                    bucket.readmissions, bucket.wait_seconds_total, bucket.wait_seconds_max,
+                ),
+            )
+        )
+    out.append(_queue_record(state))
+    return _sweep(state, now, fleet), out
+
+
+def _add_wait(bucket: QueueBucket, evicted: bool, preempted: bool, readmitted: bool, waited: float) -> QueueBucket:
+    return msgspec.structs.replace(
+        bucket,
+        evictions=bucket.evictions + evicted,
+        preemptions=bucket.preemptions + preempted,
+        readmissions=bucket.readmissions + readmitted,
+        wait_seconds_total=bucket.wait_seconds_total + waited,
+        wait_seconds_max=max(bucket.wait_seconds_max, waited),
+    )
+
+
+def _queue_record(state: QueueStats) -> Emit:
+    key = f"{state.cluster}/{state.queue}"
+    t = state.totals
+    record = GangQueue(
+        key, state.cluster, state.queue, state.queue_source, len(state.waiting),  # type: ignore[arg-type]
+        t.evictions, t.preemptions, t.readmissions, t.wait_seconds_total,
+    )
+    return Emit(GANG_QUEUES, key, record)
+
+
+def _sweep(state: FailureStats | QueueStats, now: datetime, fleet: FleetSettings) -> FailureStats | QueueStats:
+    if isinstance(state, QueueStats):
+        horizon = _horizon(now, fleet)
+        buckets = tuple(b for b in state.buckets if b.hour >= horizon)
+        return msgspec.structs.replace(state, buckets=buckets) if buckets != state.buckets else state
+    return state

@@ -1,0 +1,79 @@
+"""What the pods, attempts and gangs stages tell the fleet stage (app/core/fleet_fold.py):
+each change keyed by the node, GPU, namespace-hour or queue it counts toward. Each stage
+knows what it emitted before, so it says what changed (`before` → `after`) and the fleet
+stage never has to remember every fault or verdict."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from app.core.emit import Emit
+from app.core.fleet_fold import failures_key, gpu_key, hour_of, node_key, queue_key
+from app.core.rules import Rules
+from app.model.facts import FLEET_INPUTS, Counted, FailureChange, FaultChange, FaultCount, GangChange
+from app.model.records import ClassifiedFailure, GangTransition, GpuFault
+
+UNKNOWN_NODE = "unknown-node"  # a trusted fault of a pod with no node (node trust off)
+
+
+def gpu_id(fault: GpuFault) -> str:
+    """The GPU a fault names: its uuid, else its index; "" for none (an SXid names a switch)."""
+    if fault.gpu_uuid:
+        return fault.gpu_uuid
+    return f"index-{fault.gpu_index}" if fault.gpu_index is not None else ""
+
+
+def _count(fault: GpuFault) -> FaultCount:
+    return FaultCount(hour_of(fault.first_seen), fault.first_seen, fault.kind, fault.code, fault.name, fault.severity, fault.count)
+
+
+def fault_changes(
+    cluster: str, observed_at: datetime, fault_key: str, before: GpuFault | None, after: GpuFault, rules: Rules
+) -> list[Emit]:
+    """A trusted fault, new or changed, for its node and its GPU (R2.7b: the pod's node)."""
+    if rules.fleet is None:
+        return []
+    old = _count(before) if before is not None else None
+    new = _count(after)
+    if old == new:
+        return []  # e.g. the pod was relabelled: nothing the fleet counts changed
+    node = after.node or UNKNOWN_NODE
+    gpu = gpu_id(after)
+    out = [Emit(FLEET_INPUTS, node_key(cluster, node), FaultChange(cluster, observed_at, fault_key, node, "", None, old, new))]
+    if gpu:
+        out.append(Emit(FLEET_INPUTS, gpu_key(cluster, node, gpu), FaultChange(cluster, observed_at, fault_key, node, gpu, after.gpu_index, old, new)))
+    return out
+
+
+def counted_failure(v: ClassifiedFailure) -> Counted:
+    return Counted(hour_of(v.failed_at), v.code, v.kind, v.gpu_fault is not None)
+
+
+def failure_changes(
+    cluster: str, namespace: str, observed_at: datetime, before: dict[str, Counted], after: dict[str, Counted], rules: Rules
+) -> list[Emit]:
+    """A failure is one generation of an attempt (or one try of a pod task, R8.2), counted
+    by its verdict: the attempt stage keeps how each counts, and says what changed. A
+    revision moves a failure; a late fault that reclassifies an earlier generation moves
+    that one, so the counts depend only on the records, never on their order."""
+    if rules.fleet is None:
+        return []
+    out = []
+    for failure in sorted(before.keys() | after.keys()):
+        old, new = before.get(failure), after.get(failure)
+        if old == new:
+            continue
+        for counted, sign in ((old, -1), (new, 1)):
+            if counted is not None:
+                change = FailureChange(
+                    cluster, observed_at, namespace, counted.hour, counted.code, counted.kind, sign, sign if counted.gpu_fault else 0
+                )
+                out.append(Emit(FLEET_INPUTS, failures_key(cluster, namespace, counted.hour), change))
+    return out
+
+
+def gang_change(observed_at: datetime, transition: GangTransition, rules: Rules) -> list[Emit]:
+    """A gang transition, for its queue's counts."""
+    if rules.fleet is None:
+        return []
+    return [Emit(FLEET_INPUTS, queue_key(transition), GangChange(observed_at, transition))]

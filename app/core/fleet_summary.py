@@ -1,0 +1,447 @@
+"""The fleet-wide views, assembled at read time from the derived records.
+
+The fleet stage keeps its state per node, GPU, namespace-hour and queue (fleet_fold.py)
+and writes each change to a derived topic, keyed so that the latest record per key is
+current. `FleetState` is the read model: the latest derived record per key (within the
+history kept), the quarantine history, the most recent verdicts and a count of dead
+letters — what any reader of those topics can rebuild, so every worker serves the same
+page. `fleet_summary(state)` answers what a person looks at (terminal tables, web page).
+No I/O and no clock.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import msgspec
+
+from app.core.emit import Emit
+from app.core.fleet_fold import SEVERITIES, fault_label, hour_of
+from app.core.fleet_inputs import gpu_id
+from app.core.rules import DEFAULT_FLEET, FleetSettings
+from app.model.fleet_records import (
+    FailureRate,
+    GangQueue,
+    GpuFaultRate,
+    NodeFaultRate,
+    PreemptionWait,
+    QuarantineCandidate,
+    Scope,
+)
+from app.model.records import ClassifiedFailure, DeadLetter, ErrorKind, GpuFault
+
+QUARANTINE_LOG = 50  # quarantine records kept for the page
+
+
+class VerdictRow(msgspec.Struct, frozen=True):
+    key: str
+    cluster: str
+    namespace: str
+    code: str
+    kind: ErrorKind
+    failed_at: datetime
+    revision: int
+    generation: int
+    terminal: bool
+    fault: str  # "Xid 79 CRITICAL", "" without a GPU fault
+    node: str
+    gpu: str
+    pod: str
+    message: str
+
+
+class FleetState(msgspec.Struct):
+    """The read model: the latest derived record per key, and what the page lists."""
+
+    stream_time: datetime | None = None  # the newest time any record read speaks of
+    nodes: dict[str, NodeFaultRate] = {}
+    gpus: dict[str, GpuFaultRate] = {}
+    candidates: dict[str, QuarantineCandidate] = {}  # latest per node or GPU, candidate or cleared
+    quarantine_log: list[QuarantineCandidate] = []  # newest first
+    failures: dict[str, FailureRate] = {}
+    waits: dict[str, PreemptionWait] = {}
+    queues: dict[str, GangQueue] = {}
+    recent: list[VerdictRow] = []  # newest first, one per attempt key
+    dead_letters: int = 0
+
+
+def describe_gpu_fault(fault: GpuFault | None) -> str:
+    return "" if fault is None else f"{fault_label(fault.kind, fault.code)} {fault.severity}"
+
+
+def read(state: FleetState, emit: Emit, settings: FleetSettings = DEFAULT_FLEET) -> None:
+    """Take one record in (derived records, verdicts, dead letters; others are ignored)."""
+    value = emit.value
+    if isinstance(value, NodeFaultRate):
+        _keep(state, state.nodes, emit.key, value, value.last_fault_at or value.hour, settings)
+    elif isinstance(value, GpuFaultRate):
+        _keep(state, state.gpus, emit.key, value, value.last_fault_at or value.hour, settings)
+    elif isinstance(value, FailureRate):
+        _keep(state, state.failures, emit.key, value, value.hour, settings)
+    elif isinstance(value, PreemptionWait):
+        _keep(state, state.waits, emit.key, value, value.hour, settings)
+    elif isinstance(value, GangQueue):
+        state.queues[emit.key] = value
+    elif isinstance(value, QuarantineCandidate):
+        state.candidates[emit.key] = value
+        if not state.quarantine_log or state.quarantine_log[0] != value:
+            state.quarantine_log.insert(0, value)
+            del state.quarantine_log[QUARANTINE_LOG:]
+        _advance(state, value.at, settings)
+    elif isinstance(value, ClassifiedFailure):
+        _recent(state, value, settings)
+        _advance(state, value.failed_at, settings)
+    elif isinstance(value, DeadLetter):
+        state.dead_letters += 1
+
+
+def _keep(state: FleetState, table: dict, key: str, record: object, at: datetime, settings: FleetSettings) -> None:
+    if state.stream_time is not None and hour_of(at) < _horizon(state.stream_time, settings):
+        return  # older than the history kept
+    table[key] = record
+    _advance(state, at, settings)
+
+
+def _horizon(at: datetime, settings: FleetSettings) -> datetime:
+    return hour_of(at) - timedelta(hours=settings.history_hours - 1)
+
+
+def _advance(state: FleetState, at: datetime, settings: FleetSettings) -> None:
+    """Move the view's time; forget hours that fell out of the history (every new hour)."""
+    if state.stream_time is not None and at <= state.stream_time:
+        return
+    swept = state.stream_time is None or hour_of(at) != hour_of(state.stream_time)
+    state.stream_time = at
+    if not swept:
+        return
+    horizon = _horizon(at, settings)
+    for table in (state.nodes, state.gpus, state.failures, state.waits):
+        for key in [k for k, r in table.items() if r.hour < horizon]:
+            del table[key]
+
+
+def _recent(state: FleetState, v: ClassifiedFailure, settings: FleetSettings) -> None:
+    if any(r.key == v.key and r.revision > v.revision for r in state.recent):
+        return  # an older revision read late
+    fault = v.gpu_fault
+    pod = v.faulted_pod.name if v.faulted_pod is not None else (fault.pod.name if fault is not None else "")
+    row = VerdictRow(
+        key=v.key,
+        cluster=v.cluster,
+        namespace=v.namespace,
+        code=v.code,
+        kind=v.kind,
+        failed_at=v.failed_at,
+        revision=v.revision,
+        generation=v.generation,
+        terminal=v.terminal,
+        fault=describe_gpu_fault(fault),
+        node=fault.node if fault is not None else "",
+        gpu=gpu_id(fault) if fault is not None else "",
+        pod=pod,
+        message=v.message[:500],
+    )
+    rows = [row, *(r for r in state.recent if r.key != v.key)]
+    rows.sort(key=lambda r: (r.failed_at, r.key), reverse=True)  # newest first, whatever the read order
+    state.recent = rows[: settings.recent_verdicts]
+
+
+# --- what a person looks at ----------------------------------------------------------------------
+
+
+class SeverityCounts(msgspec.Struct, frozen=True):
+    user: int = 0
+    warn: int = 0
+    critical: int = 0
+
+
+class HourPoint(msgspec.Struct, frozen=True):
+    hour: datetime
+    user: int
+    warn: int
+    critical: int
+    failures: int
+    system_failures: int
+
+
+class SourceRow(msgspec.Struct, frozen=True):
+    """A node (gpu == "") or a GPU, over the history kept."""
+
+    key: str
+    cluster: str
+    node: str
+    gpu: str
+    gpu_index: int | None
+    faults: int
+    occurrences: int
+    user: int
+    warn: int
+    critical: int
+    top: str  # the most frequent code, e.g. "Xid 79"
+    gpus: int  # GPUs of a node that had faults (0 for a GPU row)
+    last_fault_at: datetime | None
+    candidate: bool
+
+
+class CandidateRow(msgspec.Struct, frozen=True):
+    key: str
+    scope: Scope
+    cluster: str
+    node: str
+    gpu: str
+    since: datetime
+    faults: int  # counted within the window
+    codes: list[str]
+    last_fault_at: datetime | None
+
+
+class FailureRow(msgspec.Struct, frozen=True):
+    cluster: str
+    namespace: str
+    code: str
+    kind: ErrorKind
+    failures: int
+    gpu_faults: int
+    last_hour: datetime
+
+
+class QueueRow(msgspec.Struct, frozen=True):
+    cluster: str
+    queue: str
+    queue_source: str
+    evictions: int
+    preemptions: int
+    readmissions: int
+    waiting: int  # gangs waiting for readmission now
+    wait_seconds_avg: float | None
+    wait_seconds_max: float | None
+
+
+class Totals(msgspec.Struct, frozen=True):
+    faults: int
+    occurrences: int
+    severity: SeverityCounts
+    failures: int
+    system_failures: int
+    user_failures: int
+    gpu_failures: int
+    candidates: int
+    nodes: int
+    gpus: int
+    dead_letters: int
+
+
+class FleetSummary(msgspec.Struct, frozen=True):
+    """Plain data for the terminal tables and the web page; counts cover the history kept."""
+
+    stream_time: datetime | None
+    threshold: int
+    window_seconds: int
+    history_hours: int
+    totals: Totals
+    hours: list[HourPoint]
+    nodes: list[SourceRow]
+    gpus: list[SourceRow]
+    quarantine: list[CandidateRow]
+    quarantine_events: list[QuarantineCandidate]
+    failures: list[FailureRow]
+    queues: list[QueueRow]
+    recent: list[VerdictRow]
+
+
+def _is_candidate(state: FleetState, scope: Scope, cluster: str, node: str, gpu: str) -> bool:
+    key = f"{cluster}/node/{node}" if scope == "node" else f"{cluster}/gpu/{node}/{gpu}"
+    record = state.candidates.get(key)
+    return record is not None and record.state == "candidate"
+
+
+def _source_rows(rates: list[NodeFaultRate] | list[GpuFaultRate], state: FleetState, scope: Scope) -> list[SourceRow]:
+    grouped: dict[str, list] = {}
+    for rate in rates:
+        source = f"{rate.cluster}/{rate.node}" + (f"/{rate.gpu}" if isinstance(rate, GpuFaultRate) else "")
+        grouped.setdefault(source, []).append(rate)
+    gpus: dict[str, set[str]] = {}
+    if scope == "node":
+        for g in state.gpus.values():
+            if g.faults:
+                gpus.setdefault(f"{g.cluster}/{g.node}", set()).add(g.gpu)
+    rows = []
+    for key, records in grouped.items():
+        xids: dict[tuple[str, int], int] = {}
+        sev = dict.fromkeys(SEVERITIES, 0)
+        occurrences = 0
+        for record in records:
+            for x in record.xids:
+                xids[(x.kind, x.code)] = xids.get((x.kind, x.code), 0) + x.faults
+                sev[x.severity] += x.faults
+                occurrences += x.occurrences
+        if not sum(sev.values()):
+            continue
+        first = records[0]
+        top = min(xids.items(), key=lambda item: (-item[1], item[0]), default=None)
+        gpu = first.gpu if isinstance(first, GpuFaultRate) else ""
+        lasts = [r.last_fault_at for r in records if r.last_fault_at is not None and r.faults]
+        rows.append(
+            SourceRow(
+                key=key,
+                cluster=first.cluster,
+                node=first.node,
+                gpu=gpu,
+                gpu_index=first.gpu_index if isinstance(first, GpuFaultRate) else None,
+                faults=sum(sev.values()),
+                occurrences=occurrences,
+                user=sev["USER"],
+                warn=sev["WARN"],
+                critical=sev["CRITICAL"],
+                top=fault_label(*top[0]) if top is not None else "",
+                gpus=len(gpus.get(key, ())),
+                last_fault_at=max(lasts) if lasts else None,
+                candidate=_is_candidate(state, scope, first.cluster, first.node, gpu),
+            )
+        )
+    return sorted(rows, key=lambda r: (-r.critical, -r.faults, r.key))
+
+
+def node_rows(state: FleetState) -> list[SourceRow]:
+    """Every node with faults in the history kept, worst first."""
+    return _source_rows(list(state.nodes.values()), state, "node")
+
+
+def gpu_rows(state: FleetState) -> list[SourceRow]:
+    return _source_rows(list(state.gpus.values()), state, "gpu")
+
+
+def candidate_rows(state: FleetState, settings: FleetSettings = DEFAULT_FLEET) -> list[CandidateRow]:
+    rows = [
+        CandidateRow(
+            key=record.key,
+            scope=record.scope,
+            cluster=record.cluster,
+            node=record.node,
+            gpu=record.gpu,
+            since=record.at,
+            faults=record.faults,
+            codes=list(record.codes),
+            last_fault_at=record.last_fault_at,
+        )
+        for record in state.candidates.values()
+        if record.state == "candidate"
+    ]
+    return sorted(rows, key=lambda r: (r.scope != "node", -r.faults, r.key))
+
+
+def failure_rows(state: FleetState) -> list[FailureRow]:
+    grouped: dict[tuple[str, str, str, ErrorKind], list[FailureRate]] = {}
+    for record in state.failures.values():
+        grouped.setdefault((record.cluster, record.namespace, record.code, record.kind), []).append(record)
+    rows = [
+        FailureRow(c, ns, code, kind, sum(r.failures for r in rs), sum(r.gpu_faults for r in rs), max(r.hour for r in rs))
+        for (c, ns, code, kind), rs in grouped.items()
+    ]
+    return sorted((r for r in rows if r.failures > 0), key=lambda r: (-r.failures, r.cluster, r.namespace, r.code, r.kind))
+
+
+def queue_rows(state: FleetState) -> list[QueueRow]:
+    grouped: dict[str, list[PreemptionWait]] = {}
+    for record in state.waits.values():
+        grouped.setdefault(f"{record.cluster}/{record.queue}", []).append(record)
+    rows = []
+    active = {q for q, now in state.queues.items() if now.waiting or now.evictions or now.readmissions}
+    for queue in sorted(set(grouped) | active):
+        records = grouped.get(queue, [])
+        now = state.queues.get(queue)
+        readmissions = sum(r.readmissions for r in records)
+        cluster, name = queue.split("/", 1)
+        source = now.queue_source if now is not None else records[0].queue_source
+        rows.append(
+            QueueRow(
+                cluster=cluster,
+                queue=name,
+                queue_source=source,
+                evictions=sum(r.evictions for r in records),
+                preemptions=sum(r.preemptions for r in records),
+                readmissions=readmissions,
+                waiting=now.waiting if now is not None else 0,
+                wait_seconds_avg=sum(r.wait_seconds_total for r in records) / readmissions if readmissions else None,
+                wait_seconds_max=max(r.wait_seconds_max for r in records) if readmissions else None,
+            )
+        )
+    return rows
+
+
+def hour_points(state: FleetState, settings: FleetSettings = DEFAULT_FLEET) -> list[HourPoint]:
+    """Fleet-wide faults (by severity) and failures per hour, from the oldest hour with data
+    to the newest hour (empty hours included)."""
+    if state.stream_time is None:
+        return []
+    faults: dict[datetime, dict[str, int]] = {}
+    for rate in state.nodes.values():
+        counts = faults.setdefault(rate.hour, dict.fromkeys(SEVERITIES, 0))
+        counts["USER"] += rate.user
+        counts["WARN"] += rate.warn
+        counts["CRITICAL"] += rate.critical
+    failures: dict[datetime, list[int]] = {}
+    for record in state.failures.values():
+        row = failures.setdefault(record.hour, [0, 0])
+        row[0] += record.failures
+        row[1] += record.failures if record.kind == "SYSTEM" else 0
+    last = hour_of(state.stream_time)
+    first = min([*faults, *failures], default=last)
+    first = max(first, _horizon(state.stream_time, settings))
+    points = []
+    hour = first
+    while hour <= last:
+        sev = faults.get(hour, dict.fromkeys(SEVERITIES, 0))
+        fail = failures.get(hour, [0, 0])
+        points.append(HourPoint(hour, sev["USER"], sev["WARN"], sev["CRITICAL"], fail[0], fail[1]))
+        hour += timedelta(hours=1)
+    return points
+
+
+def recent_verdicts(state: FleetState, limit: int | None = None) -> list[VerdictRow]:
+    return state.recent[:limit] if limit is not None else list(state.recent)
+
+
+def severity_totals(state: FleetState) -> dict[str, int]:
+    """Distinct fault Events by severity within the history kept."""
+    out = dict.fromkeys(SEVERITIES, 0)
+    for rate in state.nodes.values():
+        out["USER"] += rate.user
+        out["WARN"] += rate.warn
+        out["CRITICAL"] += rate.critical
+    return out
+
+
+def fleet_summary(state: FleetState, settings: FleetSettings = DEFAULT_FLEET, top: int = 10) -> FleetSummary:
+    nodes, gpus, failures = node_rows(state), gpu_rows(state), failure_rows(state)
+    failed = sum(r.failures for r in failures)
+    system = sum(r.failures for r in failures if r.kind == "SYSTEM")
+    totals = Totals(
+        faults=sum(r.faults for r in nodes),
+        occurrences=sum(r.occurrences for r in nodes),
+        severity=SeverityCounts(sum(r.user for r in nodes), sum(r.warn for r in nodes), sum(r.critical for r in nodes)),
+        failures=failed,
+        system_failures=system,
+        user_failures=failed - system,
+        gpu_failures=sum(r.gpu_faults for r in failures),
+        candidates=sum(1 for r in state.candidates.values() if r.state == "candidate"),
+        nodes=len(nodes),
+        gpus=len(gpus),
+        dead_letters=state.dead_letters,
+    )
+    return FleetSummary(
+        stream_time=state.stream_time,
+        threshold=settings.threshold,
+        window_seconds=settings.window_seconds,
+        history_hours=settings.history_hours,
+        totals=totals,
+        hours=hour_points(state, settings),
+        nodes=nodes[:top],
+        gpus=gpus[:top],
+        quarantine=candidate_rows(state, settings),
+        quarantine_events=state.quarantine_log[:top],
+        failures=failures[:top],
+        queues=queue_rows(state),
+        recent=state.recent[:top],
+    )
+
