@@ -35,7 +35,7 @@ from kafka.structs import TopicPartition as SyncTopicPartition
 from app.model.envelope import SOURCE_TOPICS
 from app.model.facts import ATTEMPT_FACTS
 from app.settings import load
-from app.stream.topics import GANG_INPUTS, create_topics
+from app.kafka.topics import GANG_INPUTS, create_topics
 from bench.broker import kafka
 from bench.tracegen import generate
 

@@ -40,7 +40,7 @@ from app.settings import Settings
 from app.stream.codecs import encode
 from app.stream.delivery import Batch, Delivery, origin_of, upstream_origin
 from app.stream.tables import StateTable
-from app.stream.topics import GANG_INPUTS
+from app.kafka.topics import GANG_INPUTS
 
 log = logging.getLogger("faultline.stream")
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import faust
 
 from app.core.rules import DEFAULT_RULES, Rules
+from app.kafka.config import faust_kwargs
 from app.settings import Settings
 from app.web.faust_mount import mount
 from app.stream.agents import Stages
@@ -21,7 +22,7 @@ def build_app(settings: Settings, rules: Rules = DEFAULT_RULES) -> tuple[faust.A
     datadir.parent.mkdir(parents=True, exist_ok=True)
     app = faust.App(
         settings.app_id,  # the consumer group; changelog topics are <app_id>-<table>-changelog
-        broker=[f"kafka://{server}" for server in settings.bootstrap.split(",")],
+        **faust_kwargs(settings),
         store="rocksdb://" if settings.store == "rocksdb" else "memory://",
         datadir=str(datadir),
         topic_partitions=settings.partitions,

@@ -36,6 +36,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from mode import CrashingSupervisor, Service
 
 from app.core.emit import Emit
+from app.kafka import clients
 from app.model.records import DEAD_LETTER
 from app.settings import Settings
 from app.stream.codecs import ORIGIN_HEADER, Origin, Position, dead_letter_of, encode
@@ -118,9 +119,7 @@ class CommittedOffsets(Service):
     async def get(self, tp: Any) -> int | None:
         async with self._starting:  # several agents ask at once at start-up
             if self._consumer is None:
-                consumer = AIOKafkaConsumer(
-                    bootstrap_servers=self.settings.bootstrap.split(","), group_id=self.settings.app_id, enable_auto_commit=False
-                )
+                consumer = clients.aio_consumer(self.settings, group_id=self.settings.app_id, enable_auto_commit=False)
                 await consumer.start()
                 self._consumer = consumer
         return await self._consumer.committed(TopicPartition(tp.topic, tp.partition))

@@ -30,7 +30,7 @@ from app.stream.agents import Stages
 from app.stream.codecs import Origin, Position, encode
 from app.stream.delivery import Batch, origin_of, upstream_origin
 from app.stream.tables import StateTable
-from app.stream.topics import FLEET_INPUTS
+from app.kafka.topics import FLEET_INPUTS
 from app.web.faust_mount import consumer_lag
 from app.web.view import Counters
 

@@ -164,7 +164,7 @@ class StreamStack:
     def _tps(self, consumer: Any, logical: str) -> list[Any]:
         from kafka import TopicPartition
 
-        from app.stream.topics import TOPICS
+        from app.kafka.topics import TOPICS
 
         fixed = {spec.logical: spec.partitions for spec in TOPICS}
         return [TopicPartition(self.topic(logical), p) for p in range(fixed.get(logical) or self.partitions)]
@@ -178,7 +178,7 @@ class StreamStack:
         from app.model.envelope import SOURCE_TOPICS
         from app.model.facts import ATTEMPT_FACTS
         from app.model.records import OUTPUT_TOPICS
-        from app.stream.topics import FLEET_INPUTS, GANG_INPUTS
+        from app.kafka.topics import FLEET_INPUTS, GANG_INPUTS
 
         # stage order, upstream first; the fleet stage reads the output topics
         inputs = [*SOURCE_TOPICS, ATTEMPT_FACTS, GANG_INPUTS, *OUTPUT_TOPICS, FLEET_INPUTS]

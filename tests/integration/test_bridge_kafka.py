@@ -25,7 +25,7 @@ from app.bridge.settings import BridgeSettings
 from app.bridge.watcher import Bridge
 from app.model.records import CLASSIFIED_FAILURES
 from app.settings import Settings
-from app.stream.topics import create_topics
+from app.kafka.topics import create_topics
 from tests.bridge.apiserver import FakeKube
 from tests.bridge.helpers import Running, apply_story, bump, pod, wait_for
 

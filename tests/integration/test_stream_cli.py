@@ -16,7 +16,7 @@ from trace_gen import generate, write_trace
 
 from app import settings
 from app.model.envelope import SOURCE_TOPICS
-from app.stream.topics import TOPICS
+from app.kafka.topics import TOPICS
 
 # --- settings: one typed place, flag > env > default, errors that say what to fix ----------
 

@@ -22,6 +22,8 @@ from app.model.envelope import SOURCE_TOPICS
 from app.model.facts import ATTEMPT_FACTS
 from app.model.fleet_records import DERIVED_TOPICS, QUARANTINE_CANDIDATES
 from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, FAULTS, GANG_TRANSITIONS
+from app.kafka import clients
+from app.kafka.config import KafkaUnreachable
 from app.settings import Settings
 
 # Internal re-key topic: k8s.jobs (JobSets) and k8s.workloads -> the gang stage, keyed by
@@ -71,13 +73,14 @@ class TopicError(RuntimeError):
 @contextmanager
 def admin_client(settings: Settings) -> Iterator[KafkaAdminClient]:
     try:
-        admin = KafkaAdminClient(
-            bootstrap_servers=settings.bootstrap.split(","), client_id="faultline-admin", request_timeout_ms=30_000
-        )
+        admin = clients.admin(settings, client_id="faultline-admin", request_timeout_ms=30_000)
+    except KafkaUnreachable as exc:
+        raise TopicError(str(exc)) from None
     except KafkaError as exc:
         raise TopicError(
             f"cannot reach Kafka at {settings.bootstrap} ({exc}): start a broker (python ops/kafka/local_broker.py start) "
-            "or point --bootstrap / FAULTLINE_BOOTSTRAP at one"
+            "or point --bootstrap / FAULTLINE_BOOTSTRAP at one; with TLS or SASL check --security-protocol and the "
+            "FAULTLINE_SASL_* / FAULTLINE_SSL_* settings"
         ) from None
     try:
         yield admin
