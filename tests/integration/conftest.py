@@ -27,8 +27,8 @@ def _load_local_broker() -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, LOCAL_BROKER_PY)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # before it runs: its dataclasses look their module up
     spec.loader.exec_module(module)
-    sys.modules[name] = module
     return module
 
 
