@@ -137,7 +137,7 @@ def _watch(sink: Any, watch: BridgeSettings, duration: float | None = None, max_
 
 
 def run_bridge(args: argparse.Namespace) -> int:
-    need("bridge", "kubernetes", "kafka")
+    need("bridge", "bridge", "kubernetes", "kafka")
     try:
         kafka, watch = _load(args)
     except SettingsError as exc:
@@ -163,7 +163,7 @@ def _open_out(path: Path) -> tuple[IO[bytes], bool]:
 
 
 def run_record(args: argparse.Namespace) -> int:
-    need("record", "kubernetes")
+    need("record", "bridge", "kubernetes")
     try:
         kafka, watch = _load(args)
     except SettingsError as exc:
@@ -222,7 +222,7 @@ class LivePrinter:
 
 
 def run_live(args: argparse.Namespace) -> int:
-    need("run", "kubernetes")
+    need("run", "bridge", "kubernetes")
     try:
         kafka, watch = _load(args)
     except SettingsError as exc:

@@ -17,9 +17,6 @@ from app.core.rules import Rules
 from app.rulefile import RuleFileError, load_rules
 from app.settings import Settings, SettingsError
 
-# Which extra brings which module; `faultline[all]` brings them all.
-EXTRAS = {"faust": "stream", "aiokafka": "stream", "aiohttp": "stream", "kafka": "stream", "kubernetes": "bridge"}
-
 # Settings groups, each declared once in app/settings.py.
 CONNECT = ["bootstrap", "topic_prefix"]
 SECURITY = [
@@ -44,8 +41,8 @@ class CommandError(Exception):
         self.code = code
 
 
-def need(command: str, *modules: str) -> None:
-    """Exit 2 naming the extra to install when a module of `command` is missing."""
+def need(command: str, extra: str, *modules: str) -> None:
+    """Exit 2 naming the extra to install when a module `command` needs is missing."""
     missing = []
     for module in modules:
         try:
@@ -53,10 +50,9 @@ def need(command: str, *modules: str) -> None:
         except ImportError:
             missing.append(module)
     if missing:
-        extras = sorted({EXTRAS[m] for m in missing})
         raise CommandError(
-            f"`faultline {command}` needs {', '.join(missing)}, which this install lacks: "
-            f"pip install 'faultline[{','.join(extras)}]' (from a checkout: pip install -e '.[all]', every command)",
+            f"`faultline {command}` needs {', '.join(missing)}, which this install lacks: pip install 'faultline[{extra}]' "
+            "(from a checkout: pip install -e '.[all]', every command)",
             2,
         )
 

@@ -102,7 +102,7 @@ def run_fleet(args: argparse.Namespace) -> int:
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    need("serve", "aiohttp")
+    need("serve", "stream", "aiohttp")
     require_trace(args.trace)
     pipeline = Pipeline(rules_from_args(args))
     live = LiveFleet(fleet_settings(args), pods=lambda key: pipeline_pods(pipeline, key))

@@ -99,7 +99,7 @@ def _timestamp(text: str) -> datetime:
 
 def run_replay(args: argparse.Namespace) -> int:
     if args.from_kafka:
-        need("replay --from-kafka", "aiokafka", "kafka")
+        need("replay --from-kafka", "stream", "aiokafka", "kafka")
         from app.cli.kafka_replay import run_replay_from_kafka
 
         return run_replay_from_kafka(args, rules_from_args(args))
@@ -153,7 +153,7 @@ _OUTPUT_LINE = msgspec.json.Decoder(OutputLine[ClassifiedFailure | Fault | GangT
 
 def _replay_output(source: str, args: argparse.Namespace) -> dict[str, ClassifiedFailure]:
     if source.startswith("kafka:"):
-        need("diff kafka:TOPIC", "kafka")
+        need("diff kafka:TOPIC", "stream", "kafka")
         from app.cli.kafka_replay import verdicts_from_topic
 
         return verdicts_from_topic(source.removeprefix("kafka:"), args)

@@ -15,11 +15,12 @@ from pathlib import Path
 import msgspec
 
 from app import settings as settings_mod
-from app.cli.common import KAFKA, CommandError, fail, load_settings, need, rules_from, settings_parent
+from app.cli.common import KAFKA, CommandError, fail, load_settings, need, require_trace, rules_from, settings_parent
 from app.model.envelope import SOURCE_TOPICS, TraceLine
 from app.replay.trace import read_lines
 
 SHAPE = [*KAFKA, "partitions", "replication"]
+PUBLISH = [*KAFKA, "partitions"]  # the partition count the source topics are checked against
 WORKER = [info.name for info in settings_mod.describe()]
 
 
@@ -32,7 +33,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("worker", parents=[settings_parent(WORKER)], help="run a stream worker (Faust) until SIGTERM")
     p.set_defaults(run=run_worker)
 
-    p = commands.add_parser("publish", parents=[settings_parent(KAFKA)], help="publish a trace's records into the source topics, in order")
+    p = commands.add_parser("publish", parents=[settings_parent(PUBLISH)], help="publish a trace's records into the source topics, in order")
     p.add_argument("trace", type=Path, help="trace file (JSON Lines of {topic, key, value})")
     p.set_defaults(run=run_publish)
 
@@ -45,7 +46,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 
 def run_topics_create(args: argparse.Namespace) -> int:
-    need("topics create", "kafka")
+    need("topics create", "stream", "kafka")
     from app.kafka.topics import TopicError, create_topics
 
     settings = load_settings(args, SHAPE)
@@ -61,7 +62,7 @@ def run_topics_create(args: argparse.Namespace) -> int:
 
 
 def run_worker(args: argparse.Namespace) -> int:
-    need("worker", "faust", "kafka")
+    need("worker", "stream", "faust", "kafka")
     from app.kafka.topics import TopicError, check_topics
 
     settings = load_settings(args, WORKER)
@@ -82,15 +83,14 @@ _LINE = msgspec.json.Decoder(TraceLine)
 def run_publish(args: argparse.Namespace) -> int:
     """Keys and order are kept: one producer, records sent in file order, idempotent with
     acks=all, so each partition receives its records in the order of the file."""
-    need("publish", "kafka")
+    need("publish", "stream", "kafka")
     from kafka.errors import KafkaError
 
-    from app.cli.common import require_trace
     from app.kafka import clients
     from app.kafka.topics import TopicError, check_topics
 
     require_trace(args.trace)
-    settings = load_settings(args, KAFKA)
+    settings = load_settings(args, PUBLISH)
     try:
         check_topics(settings)
         producer = clients.producer(settings, acks="all", enable_idempotence=True, linger_ms=5, client_id="faultline-publish")
@@ -141,7 +141,7 @@ def _value_of(raw: bytes | None) -> msgspec.Raw | str | None:
 
 
 def run_tail(args: argparse.Namespace) -> int:
-    need("tail", "kafka")
+    need("tail", "stream", "kafka")
     from kafka import TopicPartition
     from kafka.errors import KafkaError
 

@@ -33,7 +33,14 @@ GANG_INPUTS = "faultline.gang-inputs"
 # partition: the fleet fold is over the whole fleet.
 FLEET_INPUTS = "faultline.fleet-inputs"
 
-Role = Literal["source", "output", "internal"]
+Role = Literal["source", "output", "internal", "changelog"]
+
+# The worker's tables (app/stream: agents.py, fleet_stage.py) and their partition counts
+# (None: the `partitions` setting). Their changelog topics are created with the others:
+# Faust would create them itself at start-up, and a worker that looked before its own
+# creation reached the metadata stopped ("changelog topic has 0 partitions").
+# tests/unit/test_topics.py checks this against the tables a worker declares.
+TABLES: dict[str, int | None] = {"pods": None, "attempts": None, "gangs": None, "fleet": 1}
 
 
 class TopicSpec(msgspec.Struct, frozen=True):
@@ -49,6 +56,13 @@ class TopicSpec(msgspec.Struct, frozen=True):
     def partition_count(self, settings: Settings) -> int:
         return self.partitions or settings.partitions
 
+    def name(self, settings: Settings) -> str:
+        """The Kafka name: the prefix and the logical name; a changelog is Faust's
+        `<app id>-<table>-changelog`."""
+        if self.role == "changelog":
+            return f"{settings.app_id}-{self.logical}"
+        return settings.topic(self.logical)
+
 
 TOPICS: tuple[TopicSpec, ...] = (
     *(TopicSpec(name, "source") for name in SOURCE_TOPICS),
@@ -63,6 +77,7 @@ TOPICS: tuple[TopicSpec, ...] = (
     # Derived records are re-emitted whole when they change: the latest per key is current.
     *(TopicSpec(name, "output", {"cleanup.policy": "compact,delete"}) for name in DERIVED_TOPICS if name != QUARANTINE_CANDIDATES),
     TopicSpec(QUARANTINE_CANDIDATES, "output", {"cleanup.policy": "compact"}),
+    *(TopicSpec(f"{table}-changelog", "changelog", {"cleanup.policy": "compact"}, partitions) for table, partitions in TABLES.items()),
 )
 
 
@@ -116,7 +131,7 @@ def create_topics(settings: Settings) -> list[str]:
     lines: list[str] = []
     problems: list[str] = []
     with admin_client(settings) as admin:
-        names = {spec.logical: settings.topic(spec.logical) for spec in TOPICS}
+        names = {spec.logical: spec.name(settings) for spec in TOPICS}
         counts = _partition_counts(admin, list(names.values()))
         missing = [spec for spec in TOPICS if names[spec.logical] not in counts]
         if missing:
@@ -183,10 +198,10 @@ def check_topics(settings: Settings) -> None:
     """Before a worker starts: every topic exists and the co-partitioned ones have
     `partitions` partitions (else Kafka would auto-create them with the broker default)."""
     with admin_client(settings) as admin:
-        counts = _partition_counts(admin, [settings.topic(s.logical) for s in TOPICS])
+        counts = _partition_counts(admin, [s.name(settings) for s in TOPICS])
     problems = []
     for spec in TOPICS:
-        name = settings.topic(spec.logical)
+        name = spec.name(settings)
         if name not in counts:
             problems.append(f"topic {name} does not exist")
         elif spec.co_partitioned and counts[name] != settings.partitions:
