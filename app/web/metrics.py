@@ -4,8 +4,9 @@ a client library (DESIGN.md: dependencies are chosen, not accumulated)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import timedelta
 
-from app.core.fleet import SEVERITIES
+from app.core.fleet import SEVERITIES, FleetState
 from app.web.view import FleetView
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -30,11 +31,25 @@ def _family(lines: list[str], name: str, kind: str, help_text: str, samples: Ite
         lines.append(f"{name}{suffix}{{{label_text}}} {_number(value)}" if label_text else f"{name}{suffix} {_number(value)}")
 
 
+def failed_attempts(state: FleetState, hours: int = 24) -> dict[str, int]:
+    """Attempts whose latest verdict failed within `hours` of stream time, by kind: the
+    attempts the fleet fold keeps evidence of, each once however often it was revised."""
+    counts = {"SYSTEM": 0, "USER": 0}
+    if state.stream_time is None:
+        return counts
+    since = state.stream_time - timedelta(hours=hours)
+    for trail in state.attempts.values():
+        if trail.verdicts and trail.verdicts[-1].failed_at >= since:
+            counts[trail.verdicts[-1].kind] += 1
+    return counts
+
+
 # Every metric name /metrics may expose (ops/ tests check the dashboard and alerts against it).
 METRICS = (
     "faultline_records_total",
     "faultline_dead_letters_total",
     "faultline_verdicts_total",
+    "faultline_failed_attempts",
     "faultline_faults_total",
     "faultline_quarantine_candidates",
     "faultline_consumer_lag",
@@ -56,6 +71,9 @@ def render_metrics(view: FleetView) -> str:
     _family(lines, "faultline_verdicts_total", "counter",
             "Verdict records (faultline.classified-failures) by code and kind; a revision counts again.",
             [({"code": code, "kind": kind}, n) for code, kinds in sorted(state.verdicts_total.items()) for kind, n in sorted(kinds.items())])
+    _family(lines, "faultline_failed_attempts", "gauge",
+            "Attempts that failed in the last 24 h of stream time, by the kind of their latest verdict (each attempt once).",
+            [({"kind": kind}, n) for kind, n in failed_attempts(state).items()])
     _family(lines, "faultline_faults_total", "counter", "Distinct GPU fault Events by severity (a repeating Event counts once).",
             [({"severity": s.lower()}, state.faults_total.get(s, 0)) for s in SEVERITIES])
     scopes = {"node": 0, "gpu": 0}

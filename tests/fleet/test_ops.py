@@ -264,3 +264,14 @@ def test_grafana_provisioning_matches_the_dashboard_and_the_compose_mounts() -> 
     [provider] = load_yaml(provisioning / "dashboards" / "faultline.yml")["providers"]
     assert dashboard_target.startswith(provider["options"]["path"] + "/")
     assert grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"] == dashboard_target
+
+
+def test_grafana_counts_failed_attempts_not_revisions() -> None:
+    """The demo's 10 failed attempts make 16 verdict records: the panel shows 10."""
+    dashboard = json.loads((ROOT / "ops" / "grafana" / "faultline-dashboard.json").read_text())
+    [panel] = [p for p in dashboard["panels"] if p["title"].startswith("Failed attempts")]
+    assert [t["expr"] for t in panel["targets"]] == ["sum(faultline_failed_attempts)"]
+    _, samples = promtext.parse(render_metrics(fed_view()))
+    attempts = sum(value for (name, _), value in samples.items() if name == "faultline_failed_attempts")
+    revisions = sum(value for (name, _), value in samples.items() if name == "faultline_verdicts_total")
+    assert attempts == 10 and revisions > attempts
