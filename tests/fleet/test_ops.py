@@ -311,3 +311,74 @@ def test_compose_hands_the_bridge_a_kubeconfig_its_uid_can_read() -> None:
     assert command[0] == "install" and command[command.index("-o") + 1] == uid and command[command.index("-g") + 1] == uid
     assert command[-1] == services["bridge"]["environment"]["FAULTLINE_KUBECONFIG"]
     assert "user" not in services["bridge"]  # the image's own uid
+
+
+# --- ops/k8s: the workers' identity, scrape, disruption and network ---------------------------
+
+
+def k8s(kind: str, name: str) -> dict[str, Any]:
+    for path in sorted((ROOT / "ops" / "k8s").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc["kind"] == kind and doc["metadata"]["name"] == name:
+                return doc
+    raise AssertionError(f"no {kind} {name} in ops/k8s")
+
+
+def _env(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def test_k8s_workers_are_a_statefulset_with_stable_ids_and_their_own_disks() -> None:
+    workers = k8s("StatefulSet", "faultline-worker")["spec"]
+    [container] = workers["template"]["spec"]["containers"]
+    env = _env(container)
+    assert env["FAULTLINE_WORKER_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["FAULTLINE_STORE"] == "rocksdb"
+    [claim] = workers["volumeClaimTemplates"]
+    mount = next(m for m in container["volumeMounts"] if m["name"] == claim["metadata"]["name"])
+    assert mount["mountPath"] == env["FAULTLINE_DATA_DIR"]
+    assert claim["metadata"]["name"] not in {v["name"] for v in workers["template"]["spec"]["volumes"]}  # not an emptyDir
+    assert env["FAULTLINE_WEB_HOST"] == "0.0.0.0" and workers["replicas"] >= 2
+
+
+def test_k8s_service_and_scrape_annotations_reach_the_workers_metrics() -> None:
+    workers = k8s("StatefulSet", "faultline-worker")["spec"]
+    service = k8s("Service", "faultline-worker")
+    [container] = workers["template"]["spec"]["containers"]
+    port = _env(container)["FAULTLINE_WEB_PORT"]
+    assert workers["serviceName"] == service["metadata"]["name"] and service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"] == workers["selector"]["matchLabels"]
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == [c["name"] for c in container["ports"]]
+    assert [c["containerPort"] for c in container["ports"]] == [int(port)]
+    for annotations in (service["metadata"]["annotations"], workers["template"]["metadata"]["annotations"]):
+        assert annotations == {"prometheus.io/scrape": "true", "prometheus.io/port": port, "prometheus.io/path": "/metrics"}
+
+
+def test_k8s_a_drain_takes_one_worker_at_a_time() -> None:
+    workers = k8s("StatefulSet", "faultline-worker")["spec"]
+    budget = k8s("PodDisruptionBudget", "faultline-worker")["spec"]
+    assert budget["selector"] == workers["selector"] and budget["maxUnavailable"] == 1 < workers["replicas"]
+
+
+def test_k8s_network_policies_admit_only_prometheus_and_faultline() -> None:
+    worker = k8s("NetworkPolicy", "faultline-worker")["spec"]
+    assert worker["podSelector"] == k8s("StatefulSet", "faultline-worker")["spec"]["selector"]
+    assert set(worker["policyTypes"]) == {"Ingress", "Egress"}
+    [ingress] = worker["ingress"]
+    assert [p["port"] for p in ingress["ports"]] == [6066]
+    assert any(s.get("namespaceSelector", {}).get("matchLabels") == {"kubernetes.io/metadata.name": "monitoring"} for s in ingress["from"])
+    assert any(9092 in [p["port"] for p in rule["ports"]] for rule in worker["egress"])
+    broker = k8s("NetworkPolicy", "kafka-clients")
+    assert broker["metadata"]["namespace"] == "kafka" and broker["spec"]["policyTypes"] == ["Ingress"]
+    sources = [s for rule in broker["spec"]["ingress"] for s in rule["from"]]
+    assert {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "faultline"}}} in sources
+
+
+def test_one_image_name_everywhere_and_its_build_command_is_documented() -> None:
+    images = set()
+    for path in sorted((ROOT / "ops" / "k8s").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            pod = (doc or {}).get("spec", {}).get("template", {}).get("spec", {})
+            images |= {c["image"] for c in pod.get("containers", [])}
+    assert images == {IMAGE} == {compose()["services"][name]["image"] for name in FAULTLINE_SERVICES}
+    assert f"docker build -t {IMAGE} ." in (ROOT / "README.md").read_text()
