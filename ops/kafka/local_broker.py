@@ -261,20 +261,18 @@ class LocalBroker:
     @property
     def bootstrap(self) -> str | None:
         """`127.0.0.1:<port>` while running, else None."""
-        if self.pid() is None:
-            return None
-        try:
-            return (self.data_dir / "bootstrap").read_text().strip() or None
-        except OSError:
-            return None
+        return self._address("bootstrap")
 
     @property
     def sasl_ssl_bootstrap(self) -> str | None:
         """`127.0.0.1:<port>` of the SASL_SSL listener while running, else None."""
+        return self._address("sasl_ssl_bootstrap")
+
+    def _address(self, name: str) -> str | None:
         if self.pid() is None:
             return None
         try:
-            return (self.data_dir / "sasl_ssl_bootstrap").read_text().strip() or None
+            return (self.data_dir / name).read_text().strip() or None
         except OSError:
             return None
 

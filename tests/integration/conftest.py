@@ -82,6 +82,17 @@ def _worker_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("FAULTLINE_") or k in keep}
 
 
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `timeout` seconds."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
 @dataclass
 class WorkerProcess:
     """One `faultline worker` subprocess and its log file."""

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from conftest import _load_local_broker
+from conftest import _load_local_broker, stop_process
 from tls import CertAuthority, make_ca
 
 from app.model.records import CLASSIFIED_FAILURES
@@ -80,16 +80,6 @@ def tail_keys(env: dict[str, str], topic: str, idle: float = 3.0) -> dict[str, d
     return latest
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-
-
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
 def test_topics_publish_and_tail_over_sasl_ssl_with_each_mechanism(secure_broker: SecureBroker, mechanism: str) -> None:
     env = secure_broker.env(prefix(), mechanism, user="bob")
@@ -130,7 +120,7 @@ def test_worker_and_tail_classify_over_sasl_ssl(secure_broker: SecureBroker, tmp
         latest = {r["key"]: r["value"]["code"] for r in map(orjson.loads, out.read_text().splitlines()) if r["topic"] == CLASSIFIED_FAILURES}
         assert latest == expected
     finally:
-        stop(worker)
+        stop_process(worker)
     assert worker.returncode == 0, log.read_text()[-3000:]
 
 
