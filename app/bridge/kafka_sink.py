@@ -21,6 +21,7 @@ from app.bridge.records import (
     SourceRecord,
 )
 from app.kafka import clients
+from app.kafka.config import KafkaUnreachable
 from app.model.envelope import SOURCE_TOPICS
 from app.settings import Settings
 
@@ -41,6 +42,8 @@ def ensure_topics(settings: Settings) -> None:
     shared with the workers); the bridge's own two are created when missing."""
     try:
         admin = clients.admin(settings, client_id="faultline-bridge-admin")
+    except KafkaUnreachable as exc:  # says why and what to fix
+        raise BridgeError(str(exc)) from None
     except KafkaError as exc:
         raise BridgeError(
             f"cannot reach Kafka at {settings.bootstrap} ({exc}): start a broker or point --bootstrap / FAULTLINE_BOOTSTRAP at one"
@@ -139,6 +142,8 @@ class KafkaSink:
                 batch_size=BATCH_SIZE,
                 client_id=client_id,
             )
+        except KafkaUnreachable as exc:
+            raise BridgeError(str(exc)) from None
         except KafkaError as exc:
             raise BridgeError(f"cannot reach Kafka at {settings.bootstrap} ({exc}); set --bootstrap / FAULTLINE_BOOTSTRAP") from None
         self.positions = KafkaPositions(settings, self._producer)
