@@ -7,6 +7,7 @@ BIN := $(VENV)/bin
 
 demo: $(VENV)/.core
 	$(BIN)/faultline classify examples/traces/mixed.jsonl
+	@echo "(the core install: for every command, $(BIN)/pip install -e '.[all]')"
 
 test: $(VENV)/.all
 	$(BIN)/python -m pytest -q

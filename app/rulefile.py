@@ -28,12 +28,20 @@ def load_rules(path: Path | None) -> Rules:
         raise RuleFileError(f"rule file {path}: cannot be read ({exc.strerror}); give the path of a .toml or .json rule file") from None
     decode = msgspec.json.decode if path.suffix == ".json" else msgspec.toml.decode
     try:
-        return decode(content, type=Rules)
+        rules = decode(content, type=Rules)
     except msgspec.ValidationError as exc:
         raise RuleFileError(f"rule file {path}: {exc}; `faultline rules show` lists every field with its default") from None
     except msgspec.DecodeError as exc:
         kind = "JSON" if path.suffix == ".json" else "TOML"
         raise RuleFileError(f"rule file {path}: not valid {kind} ({exc})") from None
+    both = sorted(rules.xid.user & rules.xid.critical)
+    if both:
+        codes = ", ".join(f"Xid {code}" for code in both)
+        raise RuleFileError(
+            f"rule file {path}: xid.user and xid.critical both list {codes}: an Xid is the workload's (user) or the "
+            "device's (critical), not both; remove it from one of the two lists"
+        )
+    return rules
 
 
 def rules_document(rules: Rules) -> dict:

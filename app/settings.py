@@ -37,6 +37,29 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             description="Kafka bootstrap servers, host:port[,host:port...]",
         ),
     ] = "127.0.0.1:9092"
+    security_protocol: Annotated[
+        Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"],
+        msgspec.Meta(description="how every Kafka client connects: PLAINTEXT, SSL (TLS), SASL_PLAINTEXT or SASL_SSL (SASL over TLS)"),
+    ] = "PLAINTEXT"
+    sasl_mechanism: Annotated[
+        Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"],
+        msgspec.Meta(description="SASL mechanism, with security_protocol SASL_PLAINTEXT or SASL_SSL"),
+    ] = "PLAIN"
+    sasl_username: Annotated[str, msgspec.Meta(description="SASL user name (with SASL_PLAINTEXT or SASL_SSL)")] = ""
+    sasl_password: Annotated[
+        str,
+        msgspec.Meta(description="SASL password; environment only, never a flag (a flag shows in the process list)"),
+    ] = ""
+    ssl_cafile: Annotated[
+        str, msgspec.Meta(description="PEM file of the CA(s) that signed the brokers' certificates ('' for the system's CAs)")
+    ] = ""
+    ssl_certfile: Annotated[
+        str, msgspec.Meta(description="PEM client certificate, for brokers that authenticate clients by TLS ('' for none)")
+    ] = ""
+    ssl_keyfile: Annotated[str, msgspec.Meta(description="PEM private key of ssl_certfile ('' for none)")] = ""
+    ssl_check_hostname: Annotated[
+        bool, msgspec.Meta(description="check that a broker's certificate names the host connected to (keep true outside tests)")
+    ] = True
     topic_prefix: Annotated[
         str,
         msgspec.Meta(
@@ -62,6 +85,21 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     web_port: Annotated[
         int, msgspec.Meta(ge=0, le=65535, description="port of the worker's Faust web server; 0 turns it off")
     ] = 6066
+    web_host: Annotated[
+        str,
+        msgspec.Meta(
+            min_length=1,
+            description="address the worker's web server listens on; its pages have no authentication, so 127.0.0.1 "
+            "by default: 0.0.0.0 in a pod (reached through its Service and NetworkPolicy)",
+        ),
+    ] = "127.0.0.1"
+    web_faust_routes: Annotated[
+        bool,
+        msgspec.Meta(
+            description="also serve Faust's own routes (/table/: raw stage state; /router/: hosts and partitions); "
+            "for debugging only, they show every record's state to whoever reaches the port",
+        ),
+    ] = False
     app_name: Annotated[
         str,
         msgspec.Meta(
@@ -143,6 +181,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     ] = "info"
 
     def __post_init__(self) -> None:
+        self._check_security()
         window = parse_duration(self.quarantine_window)
         if window < 60:
             raise ValueError(
@@ -155,6 +194,29 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
                 f"{self.fleet_history_hours}: raise --fleet-history-hours / FAULTLINE_FLEET_HISTORY_HOURS "
                 "or shorten --quarantine-window / FAULTLINE_QUARANTINE_WINDOW"
             )
+
+    def _check_security(self) -> None:
+        if self.security_protocol.startswith("SASL_") and not (self.sasl_username and self.sasl_password):
+            raise ValueError(
+                f"security_protocol = {self.security_protocol} needs a SASL user and password: set --sasl-username / "
+                "FAULTLINE_SASL_USERNAME and FAULTLINE_SASL_PASSWORD"
+            )
+        if not self.security_protocol.endswith("SSL"):
+            given = [name for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile") if getattr(self, name)]
+            if given:
+                raise ValueError(
+                    f"{', '.join(given)} given but security_protocol = {self.security_protocol} does not use TLS: "
+                    "set --security-protocol / FAULTLINE_SECURITY_PROTOCOL to SSL or SASL_SSL"
+                )
+            return
+        for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+            path = getattr(self, name)
+            if path and not os.access(path, os.R_OK):
+                raise ValueError(
+                    f"{name} = {path!r} cannot be read: fix --{name.replace('_', '-')} / FAULTLINE_{name.upper()}"
+                )
+        if bool(self.ssl_certfile) != bool(self.ssl_keyfile):
+            raise ValueError("ssl_certfile and ssl_keyfile go together: give both (a client certificate and its key) or neither")
 
     def fleet(self) -> FleetSettings:
         """The fleet stage's settings (app/core/fleet_fold.py)."""
@@ -172,6 +234,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     def app_id(self) -> str:
         return self.topic_prefix + self.app_name
 
+
+# Settings read from the environment only: a flag would show them in the process list.
+SECRETS = frozenset({"sasl_password"})
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _UNIT = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}

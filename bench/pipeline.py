@@ -35,7 +35,7 @@ from kafka.structs import TopicPartition as SyncTopicPartition
 from app.model.envelope import SOURCE_TOPICS
 from app.model.facts import ATTEMPT_FACTS, GANG_INPUTS
 from app.settings import load
-from app.stream.topics import create_topics
+from app.kafka.topics import create_topics
 from bench.broker import kafka
 from bench.tracegen import generate
 

@@ -18,7 +18,7 @@ from kafka import KafkaProducer
 
 from app.replay.pipeline import Pipeline
 from app.settings import load
-from app.stream.topics import create_topics
+from app.kafka.topics import create_topics
 from bench.broker import kafka
 from bench.tracegen import generate
 

@@ -8,8 +8,7 @@ import time
 from collections.abc import Iterable
 
 import msgspec
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.admin import KafkaAdminClient
+from kafka import KafkaProducer, TopicPartition
 from kafka.errors import KafkaError, MessageSizeTooLargeError, TopicAlreadyExistsError
 
 from app.bridge.errors import BridgeError, DeliveryError
@@ -21,6 +20,8 @@ from app.bridge.records import (
     BridgePosition,
     SourceRecord,
 )
+from app.kafka import clients
+from app.kafka.config import KafkaUnreachable
 from app.model.envelope import SOURCE_TOPICS
 from app.settings import Settings
 
@@ -40,7 +41,9 @@ def ensure_topics(settings: Settings) -> None:
     """The source topics must exist (`faultline topics create`: their partition count is
     shared with the workers); the bridge's own two are created when missing."""
     try:
-        admin = KafkaAdminClient(bootstrap_servers=settings.bootstrap.split(","), client_id="faultline-bridge-admin")
+        admin = clients.admin(settings, client_id="faultline-bridge-admin")
+    except KafkaUnreachable as exc:  # says why and what to fix
+        raise BridgeError(str(exc)) from None
     except KafkaError as exc:
         raise BridgeError(
             f"cannot reach Kafka at {settings.bootstrap} ({exc}): start a broker or point --bootstrap / FAULTLINE_BOOTSTRAP at one"
@@ -85,8 +88,8 @@ class KafkaPositions:
         self.topic = settings.topic(BRIDGE_POSITIONS)
 
     def load(self, cluster: str) -> dict[str, BridgePosition]:
-        consumer = KafkaConsumer(
-            bootstrap_servers=self._settings.bootstrap.split(","),
+        consumer = clients.consumer(
+            self._settings,
             enable_auto_commit=False,
             client_id="faultline-bridge-positions",
         )
@@ -131,14 +134,16 @@ class KafkaSink:
         self._topics = {logical: settings.topic(logical) for logical in SOURCE_TOPICS}
         self._gaps = settings.topic(BRIDGE_GAPS)
         try:
-            self._producer = KafkaProducer(
-                bootstrap_servers=settings.bootstrap.split(","),
+            self._producer = clients.producer(
+                settings,
                 acks="all",
                 enable_idempotence=True,
                 linger_ms=LINGER_MS,
                 batch_size=BATCH_SIZE,
                 client_id=client_id,
             )
+        except KafkaUnreachable as exc:
+            raise BridgeError(str(exc)) from None
         except KafkaError as exc:
             raise BridgeError(f"cannot reach Kafka at {settings.bootstrap} ({exc}); set --bootstrap / FAULTLINE_BOOTSTRAP") from None
         self.positions = KafkaPositions(settings, self._producer)

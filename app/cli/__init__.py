@@ -1,4 +1,8 @@
-"""`faultline`: the command line. Each submodule registers its own subcommands."""
+"""`faultline`: the command line. Each submodule registers its own subcommands.
+
+Every command is registered on every install; one whose extra is missing says which to
+install (`app.cli.common.need`), so the parser itself imports no optional library.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +10,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from app.cli import fleet, offline
+from app.cli import bridge, fleet, offline, streaming
+from app.cli.common import CommandError, fail
 
-_MODULES = [offline, fleet]
-try:  # the streaming and bridge commands need Faust, kafka-python and kubernetes
-    from app.cli import bridge, streaming
-
-    _MODULES += [streaming, bridge]
-except ImportError as exc:  # pragma: no cover - only on an install without the extras
-    _MISSING_EXTRAS = f"{exc}: install faultline[stream,bridge] for the streaming and bridge commands"
-else:
-    _MISSING_EXTRAS = ""
+_MODULES = [offline, fleet, streaming, bridge]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,7 +29,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.run(args) or 0)
+    try:
+        return int(args.run(args) or 0)
+    except CommandError as exc:
+        return fail(str(exc), exc.code)
 
 
 if __name__ == "__main__":

@@ -22,12 +22,19 @@ from app import settings as settings_mod
 from app.bridge import settings as bridge_settings_mod
 from app.bridge.errors import BridgeError
 from app.bridge.settings import BridgeSettings
+from app.cli import render
+from app.cli.common import KAFKA as KAFKA_CONNECTION
+from app.cli.common import fail as _fail
+from app.cli.common import need
 from app.cli.settings_flags import settings_flags
 from app.settings import SettingsError
 
-KAFKA = ["bootstrap", "topic_prefix", "replication", "log_level"]
+KAFKA = [*KAFKA_CONNECTION, "replication", "log_level"]
 LOGGING = ["log_level"]
 WATCH = [info.name for info in bridge_settings_mod.describe()]
+# Settings of the bridge's own publishing loop: `record` and `run` keep no positions and
+# run no liveness probe, so they do not offer them.
+WATCH_LOCAL = [name for name in WATCH if name not in ("checkpoint_interval", "heartbeat_file")]
 
 log = logging.getLogger("faultline.bridge")
 
@@ -39,6 +46,7 @@ def _stop_flags(parser: argparse.ArgumentParser) -> None:
 
 def register(commands: argparse._SubParsersAction) -> None:
     watch = settings_flags(bridge_settings_mod.describe(), WATCH, "watch settings")
+    watch_local = settings_flags(bridge_settings_mod.describe(), WATCH_LOCAL, "watch settings")
     kafka = settings_flags(settings_mod.describe(), KAFKA, "Kafka settings")
     logging_only = settings_flags(settings_mod.describe(), LOGGING, "logging")
 
@@ -47,33 +55,28 @@ def register(commands: argparse._SubParsersAction) -> None:
         parents=[watch, kafka],
         help="watch a cluster and publish every change to Kafka; resumes where it stopped (SIGTERM/Ctrl-C to stop)",
     )
-    p.set_defaults(run=run_bridge, kafka_names=KAFKA)
+    p.set_defaults(run=run_bridge, kafka_names=KAFKA, watch_names=WATCH)
 
     p = commands.add_parser(
-        "record", parents=[watch, logging_only], help="watch a cluster and write every change to a trace file (JSON Lines)"
+        "record", parents=[watch_local, logging_only], help="watch a cluster and write every change to a trace file (JSON Lines)"
     )
     p.add_argument("--out", type=Path, required=True, help="trace file to write ('-' for stdout)")
     _stop_flags(p)
-    p.set_defaults(run=run_record, kafka_names=LOGGING)
+    p.set_defaults(run=run_record, kafka_names=LOGGING, watch_names=WATCH_LOCAL)
 
     p = commands.add_parser(
         "run",
-        parents=[watch, logging_only],
+        parents=[watch_local, logging_only],
         help="watch a cluster and classify in this process (no broker): print verdicts and gang transitions as they come",
     )
     p.add_argument("--out", type=Path, default=None, help="also write every output record to this file (JSON Lines, as `replay`)")
     _stop_flags(p)
-    p.set_defaults(run=run_live, kafka_names=LOGGING)
-
-
-def _fail(message: str, code: int = 1) -> int:
-    print(f"faultline: {message}", file=sys.stderr)
-    return code
+    p.set_defaults(run=run_live, kafka_names=LOGGING, watch_names=WATCH_LOCAL)
 
 
 def _load(args: argparse.Namespace) -> tuple[settings_mod.Settings, BridgeSettings]:
     kafka = settings_mod.load({name: getattr(args, name) for name in args.kafka_names})
-    watch = bridge_settings_mod.load({name: getattr(args, name) for name in WATCH})
+    watch = bridge_settings_mod.load({name: getattr(args, name) for name in args.watch_names})
     return kafka, watch
 
 
@@ -107,10 +110,7 @@ def _on_signals(stop: threading.Event) -> Callable[[], None]:
 
 def _watch(sink: Any, watch: BridgeSettings, duration: float | None = None, max_records: int | None = None) -> int:
     """Run the watcher into `sink` until a signal, `duration` or `max_records`."""
-    try:
-        from app.bridge.client import KubeApi, api_client
-    except ImportError as exc:  # an install without the bridge extra
-        return _fail(f"the watch needs the kubernetes client ({exc}); install faultline[bridge]")
+    from app.bridge.client import KubeApi, api_client
     from app.bridge.watcher import Bridge
 
     streams = max(1, len(watch.namespace_list())) * 8
@@ -137,18 +137,13 @@ def _watch(sink: Any, watch: BridgeSettings, duration: float | None = None, max_
 
 
 def run_bridge(args: argparse.Namespace) -> int:
+    need("bridge", "bridge", "kubernetes", "kafka")
     try:
         kafka, watch = _load(args)
     except SettingsError as exc:
         return _fail(str(exc), 2)
     _setup_logging(kafka.log_level)
-    try:
-        from app.bridge.kafka_sink import (  # needs kafka-python: only here
-            KafkaSink,
-            ensure_topics,
-        )
-    except ImportError as exc:
-        return _fail(f"the bridge needs kafka-python ({exc}); install faultline[bridge]")
+    from app.bridge.kafka_sink import KafkaSink, ensure_topics  # needs kafka-python: only here
 
     try:
         ensure_topics(kafka)
@@ -168,6 +163,7 @@ def _open_out(path: Path) -> tuple[IO[bytes], bool]:
 
 
 def run_record(args: argparse.Namespace) -> int:
+    need("record", "bridge", "kubernetes")
     try:
         kafka, watch = _load(args)
     except SettingsError as exc:
@@ -192,15 +188,15 @@ def run_record(args: argparse.Namespace) -> int:
 
 
 class LivePrinter:
-    """Prints each verdict and gang transition as it comes; writes every output record
-    to `out` when given (the `replay` format)."""
+    """Prints each verdict and gang transition as it comes, in the columns of `classify`
+    (render.py); writes every output record to `out` when given (the `replay` format)."""
 
     def __init__(self, stdout: IO[str], out: IO[bytes] | None) -> None:
-        from app.cli.offline import describe_fault, describe_transition
         from app.replay.trace import encode_output
 
-        self._stdout, self._out = stdout, out
-        self._describe_fault, self._describe_transition, self._encode = describe_fault, describe_transition, encode_output
+        self._stdout, self._out, self._encode = stdout, out, encode_output
+        self._verdicts = render.Columns(render.VERDICT_HEADER, render.VERDICT_MINIMUM)
+        self._transitions = render.Columns(render.TRANSITION_HEADER, render.TRANSITION_MINIMUM)
         self.verdicts = 0
         self.transitions = 0
 
@@ -210,16 +206,13 @@ class LivePrinter:
         if self._out is not None:
             self._out.write(self._encode(emit) + b"\n")
         if emit.topic == CLASSIFIED_FAILURES:
-            v = emit.value
+            head = [self._verdicts.head()] if not self.verdicts else []
             self.verdicts += 1
-            pod = v.faulted_pod.name if v.faulted_pod else "-"
-            state = "" if v.terminal else f"  restarted in place (generation {v.generation})"
-            lines = [f"verdict  {v.key}  {v.code}  {v.kind}  {self._describe_fault(v)}  pod={pod}  revision={v.revision}{state}"]
-            lines.extend(f"    {reason}" for reason in v.reasons)
-            self._print(lines)
+            self._print(head + render.verdict_lines(emit.value, self._verdicts))
         elif emit.topic == GANG_TRANSITIONS:
+            head = ["GANG TRANSITIONS", self._transitions.head()] if not self.transitions else []
             self.transitions += 1
-            self._print([f"gang     {self._describe_transition(emit.value)}"])
+            self._print(head + [render.transition_line(emit.value, self._transitions)])
         elif emit.topic == DEAD_LETTER:
             print(f"faultline: a record could not be read and was skipped ({emit.value.reason})", file=sys.stderr)
 
@@ -229,6 +222,7 @@ class LivePrinter:
 
 
 def run_live(args: argparse.Namespace) -> int:
+    need("run", "bridge", "kubernetes")
     try:
         kafka, watch = _load(args)
     except SettingsError as exc:

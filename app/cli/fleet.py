@@ -13,24 +13,31 @@ import asyncio
 import signal
 import sys
 from collections.abc import Iterable, Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import IO
 
 import msgspec
 
-from app.cli.offline import add_rules_option, finish_run, report_dead_letter, require_trace, rules_from_args
+from app.cli import render
+from app.cli.common import (
+    add_fleet_options,
+    close_out,
+    finish_run,
+    fleet_settings,
+    need,
+    open_out,
+    report_dead_letter,
+    require_trace,
+    rules_from_args,
+)
 from app.core.emit import Emit
 from app.core.fleet_evidence import AttemptEvidence, evidence_of
-from app.core.fleet_summary import FleetSummary, SourceRow
-from app.core.rules import FleetSettings, Rules
+from app.core.fleet_view import LiveFleet, Watermark
+from app.core.rules import Rules
 from app.model.fleet_records import DERIVED_TOPICS
 from app.model.records import DEAD_LETTER
 from app.replay.pipeline import Pipeline
 from app.replay.trace import encode_output, read_lines, replay
-from app.settings import parse_duration
-from app.core.fleet_view import LiveFleet, Watermark
-
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -38,7 +45,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument("trace", type=Path, help="trace file (JSON Lines of source records)")
     p.add_argument("--top", type=int, default=10, metavar="N", help="rows per table (default 10)")
     p.add_argument("--out", type=Path, default=None, help="also write the derived records (JSON Lines, as `replay`; '-' for stdout)")
-    _fleet_options(p)
+    add_fleet_options(p)
     p.set_defaults(run=run_fleet)
 
     p = commands.add_parser("serve", help="replay a trace and serve its fleet-health page, JSON views and /metrics")
@@ -46,30 +53,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for every interface)")
     p.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
     p.add_argument("--pace", type=float, default=0.0, metavar="S", help="feed one source record every S seconds instead of all at once (watch the page update)")
-    _fleet_options(p)
+    add_fleet_options(p)
     p.set_defaults(run=run_serve)
-
-
-def _fleet_options(parser: argparse.ArgumentParser) -> None:
-    add_rules_option(parser)
-    group = parser.add_argument_group("fleet settings")
-    group.add_argument("--quarantine-threshold", type=int, default=None, metavar="N", help="critical faults that make a node or GPU a quarantine candidate (default 3)")
-    group.add_argument("--quarantine-window", default=None, metavar="DURATION", help="sliding window of that count, e.g. 24h, 90m, 3600 (default 24h)")
-    group.add_argument("--history-hours", type=int, default=None, metavar="H", help="hours of buckets kept (default 48)")
-
-
-def fleet_settings(args: argparse.Namespace) -> FleetSettings:
-    given: dict[str, object] = {}
-    try:
-        if args.quarantine_threshold is not None:
-            given["threshold"] = args.quarantine_threshold
-        if args.quarantine_window is not None:
-            given["window_seconds"] = parse_duration(args.quarantine_window)
-        if args.history_hours is not None:
-            given["history_hours"] = args.history_hours
-        return msgspec.convert(given, FleetSettings)
-    except (ValueError, msgspec.ValidationError) as exc:
-        raise SystemExit(f"faultline: invalid fleet settings: {exc}") from None
 
 
 def replay_counted(lines: Iterable[tuple[int, bytes]], pipeline: Pipeline, live: LiveFleet, *, finish: bool = True) -> Iterator[Emit]:
@@ -87,80 +72,6 @@ def fleet_rules(args: argparse.Namespace) -> Rules:
     return msgspec.structs.replace(rules_from_args(args), fleet=fleet_settings(args))
 
 
-# --- terminal tables ------------------------------------------------------------------------------
-
-
-def _when(at: datetime | None) -> str:
-    return at.strftime("%Y-%m-%d %H:%M UTC") if at is not None else "-"
-
-
-def _window(seconds: int) -> str:
-    for unit, size in (("h", 3600), ("m", 60)):
-        if seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
-
-def table(header: tuple[str, ...], rows: Iterable[tuple[object, ...]]) -> list[str]:
-    """Left-aligned columns; numbers right-aligned."""
-    cells = [tuple(str(c) for c in header), *(tuple("-" if c is None or c == "" else str(c) for c in row) for row in rows)]
-    numeric = [all(row[i].isdigit() or row[i] == "-" for row in cells[1:]) for i in range(len(header))]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    return [
-        "  ".join(cell.rjust(w) if num and n else cell.ljust(w) for n, (cell, w, num) in enumerate(zip(row, widths, numeric))).rstrip()
-        for row in cells
-    ]
-
-
-def _source_rows(rows: list[SourceRow], gpu: bool) -> list[tuple[object, ...]]:
-    return [
-        (r.node + (" *" if r.candidate else ""), *((r.gpu,) if gpu else ()), r.faults, r.critical, r.user, r.warn, r.occurrences, r.top,
-         *(() if gpu else (r.gpus,)), _when(r.last_fault_at))
-        for r in rows
-    ]
-
-
-def fleet_lines(summary: FleetSummary) -> list[str]:
-    """The fleet-health summary as terminal tables."""
-    t = summary.totals
-    lines = [
-        f"FLEET HEALTH  stream time {_when(summary.stream_time)}  (history {summary.history_hours}h; "
-        f"quarantine: >= {summary.threshold} critical faults in {_window(summary.window_seconds)})",
-        f"faults {t.faults} (critical {t.severity.critical}, user {t.severity.user}, warn {t.severity.warn}; {t.occurrences} occurrences) "
-        f"on {t.nodes} node(s), {t.gpus} GPU(s); failures {t.failures} (system {t.system_failures}, user {t.user_failures}; "
-        f"{t.gpu_failures} with a GPU fault); dead letters {t.dead_letters}",
-    ]
-    lines += ["", "QUARANTINE CANDIDATES"]
-    if summary.quarantine:
-        lines += table(
-            ("SCOPE", "NODE", "GPU", "FAULTS", "SINCE", "CODES"),
-            ((c.scope, c.node, c.gpu, c.faults, _when(c.since), ", ".join(c.codes)) for c in summary.quarantine),
-        )
-    else:
-        lines.append("none")
-    lines += ["", "TOP NODES (* quarantine candidate)"]
-    lines += table(("NODE", "FAULTS", "CRITICAL", "USER", "WARN", "OCCURRENCES", "TOP", "GPUS", "LAST FAULT"), _source_rows(summary.nodes, False)) if summary.nodes else ["none"]
-    lines += ["", "TOP GPUS"]
-    lines += table(("NODE", "GPU", "FAULTS", "CRITICAL", "USER", "WARN", "OCCURRENCES", "TOP", "LAST FAULT"), _source_rows(summary.gpus, True)) if summary.gpus else ["none"]
-    lines += ["", "FAILURES BY CODE AND KIND"]
-    lines += table(
-        ("CLUSTER", "NAMESPACE", "CODE", "KIND", "FAILURES", "WITH GPU FAULT"),
-        ((r.cluster, r.namespace, r.code, r.kind, r.failures, r.gpu_faults) for r in summary.failures),
-    ) if summary.failures else ["none"]
-    if summary.queues:
-        lines += ["", "GANG PREEMPTIONS (queue = namespace until transitions carry the queue name)"]
-        lines += table(
-            ("CLUSTER", "QUEUE", "PREEMPTIONS", "EVICTIONS", "READMITTED", "WAITING", "AVG WAIT", "MAX WAIT"),
-            (
-                (q.cluster, q.queue, q.preemptions, q.evictions, q.readmissions, q.waiting,
-                 f"{q.wait_seconds_avg:.0f}s" if q.wait_seconds_avg is not None else "-",
-                 f"{q.wait_seconds_max:.0f}s" if q.wait_seconds_max is not None else "-")
-                for q in summary.queues
-            ),
-        )
-    return lines
-
-
 # --- the commands ------------------------------------------------------------------------------------
 
 
@@ -168,9 +79,7 @@ def run_fleet(args: argparse.Namespace) -> int:
     require_trace(args.trace)
     pipeline = Pipeline(fleet_rules(args))
     live = LiveFleet(fleet_settings(args))
-    out: IO[bytes] | None = None
-    if args.out is not None:
-        out = sys.stdout.buffer if str(args.out) == "-" else args.out.open("wb")
+    out: IO[bytes] | None = open_out(args.out) if args.out is not None else None
     try:
         for emit in replay_counted(read_lines(args.trace), pipeline, live):
             if emit.topic == DEAD_LETTER:
@@ -179,18 +88,14 @@ def run_fleet(args: argparse.Namespace) -> int:
             if out is not None and emit.topic in DERIVED_TOPICS:
                 out.write(encode_output(emit) + b"\n")
     finally:
-        if out is not None and out is not sys.stdout.buffer:
-            out.close()
+        close_out(out)
     if out is not sys.stdout.buffer:
-        print("\n".join(fleet_lines(live.summary(args.top))))
-    return finish_run(pipeline)
+        print("\n".join(render.fleet_lines(live.summary(args.top))))
+    return finish_run(pipeline.counts)
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    try:
-        from aiohttp import web  # noqa: F401 - comes with the stream extra (faust-streaming)
-    except ImportError:
-        raise SystemExit("faultline: `serve` needs aiohttp: pip install 'faultline[stream]'") from None
+    need("serve", "stream", "aiohttp")
     require_trace(args.trace)
     pipeline = Pipeline(fleet_rules(args))
     live = LiveFleet(

@@ -7,36 +7,29 @@ import asyncio
 import sys
 
 import msgspec
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 from kafka.errors import KafkaError
 
-from app.cli.offline import finish_run, report_dead_letter
+from app.cli.common import KAFKA, CommandError, close_out, finish_run, load_settings, open_out, report_dead_letter
 from app.core.rules import Rules
+from app.kafka import clients
+from app.kafka.topics import TopicError
 from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, OUTPUT_TOPICS, ClassifiedFailure
 from app.replay.diff import final_verdicts
 from app.replay.kafka_history import HistoryError, KafkaHistory
 from app.replay.kafka_replay import Progress, TopicSink, replay_history
 from app.replay.pipeline import Pipeline
 from app.replay.trace import encode_output
-from app.settings import Settings, SettingsError, load
-from app.stream.topics import TopicError
-
-
-def _settings(args: argparse.Namespace) -> Settings:
-    try:
-        return load({"bootstrap": args.bootstrap, "topic_prefix": getattr(args, "topic_prefix", None)})
-    except SettingsError as exc:
-        raise SystemExit(f"faultline: {exc}") from None
 
 
 def run_replay_from_kafka(args: argparse.Namespace, rules: Rules) -> int:
-    settings = _settings(args)
+    settings = load_settings(args, KAFKA)
     pipeline = Pipeline(rules)
     try:
         sink = TopicSink(settings, rules, OUTPUT_TOPICS) if args.to_topics else None
     except (TopicError, KafkaError) as exc:
-        raise SystemExit(f"faultline: {exc}") from None
-    out = None if sink else (sys.stdout.buffer if str(args.out) == "-" else args.out.open("wb"))
+        raise CommandError(str(exc)) from None
+    out = None if sink else open_out(args.out)
 
     async def replay() -> None:
         history = KafkaHistory(settings, since=args.since, until=args.until)
@@ -57,16 +50,16 @@ def run_replay_from_kafka(args: argparse.Namespace, rules: Rules) -> int:
 
     try:
         asyncio.run(replay())
-    except (HistoryError, KafkaError) as exc:
-        raise SystemExit(f"faultline: {exc}") from None
+    except (HistoryError, KafkaError, TopicError) as exc:
+        raise CommandError(str(exc)) from None
     finally:
         if sink is not None:
             sink.close()
-        elif out is not sys.stdout.buffer:
-            out.close()
+        else:
+            close_out(out)
     where = ", ".join(sink.names.values()) if sink else str(args.out)
     print(f"replayed {pipeline.counts['records']} records with {rules.version} into {where}", file=sys.stderr)
-    return finish_run(pipeline) if pipeline.counts["records"] else 0
+    return finish_run(pipeline.counts) if pipeline.counts["records"] else 0
 
 
 _VERDICT = msgspec.json.Decoder(ClassifiedFailure)
@@ -74,12 +67,12 @@ _VERDICT = msgspec.json.Decoder(ClassifiedFailure)
 
 def verdicts_from_topic(topic: str, args: argparse.Namespace) -> dict[str, ClassifiedFailure]:
     """The latest verdict per key in `topic`, read to its current end."""
-    settings = _settings(args)
+    settings = load_settings(args, KAFKA)
     try:
-        consumer = KafkaConsumer(bootstrap_servers=settings.bootstrap.split(","), group_id=None, enable_auto_commit=False)
+        consumer = clients.consumer(settings, group_id=None, enable_auto_commit=False)
         numbers = consumer.partitions_for_topic(topic)
         if not numbers:
-            raise SystemExit(f"faultline: topic {topic} does not exist on {settings.bootstrap}")
+            raise CommandError(f"topic {topic} does not exist on {settings.bootstrap}")
         tps = [TopicPartition(topic, n) for n in sorted(numbers)]
         consumer.assign(tps)
         consumer.seek_to_beginning(*tps)
@@ -92,7 +85,7 @@ def verdicts_from_topic(topic: str, args: argparse.Namespace) -> dict[str, Class
                         records.append((CLASSIFIED_FAILURES, message.key.decode(), _VERDICT.decode(message.value)))
         consumer.close()
     except KafkaError as exc:
-        raise SystemExit(f"faultline: reading {topic} from {settings.bootstrap} failed: {exc}") from None
+        raise CommandError(f"reading {topic} from {settings.bootstrap} failed: {exc}") from None
     except msgspec.DecodeError as exc:
-        raise SystemExit(f"faultline: {topic} holds something other than faultline.ClassifiedFailure/v1 records ({exc})") from None
+        raise CommandError(f"{topic} holds something other than faultline.ClassifiedFailure/v1 records ({exc})") from None
     return final_verdicts(records)

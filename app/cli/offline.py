@@ -1,4 +1,4 @@
-"""Commands that need no broker: replay, classify, schemas."""
+"""Commands that need no broker: replay, classify, rules, diff, schemas."""
 
 from __future__ import annotations
 
@@ -10,8 +10,22 @@ from pathlib import Path
 import msgspec
 
 from app import schemas
-from app.core.emit import Emit
-from app.core.rules import Rules
+from app.cli import render
+from app.cli.common import (
+    KAFKA,
+    CommandError,
+    add_fleet_options,
+    add_rules_option,
+    close_out,
+    fleet_settings,
+    finish_run,
+    need,
+    open_out,
+    report_dead_letter,
+    require_trace,
+    rules_from_args,
+    settings_parent,
+)
 from app.model.fleet_records import DerivedRecord
 from app.model.records import (
     CLASSIFIED_FAILURES,
@@ -22,16 +36,18 @@ from app.model.records import (
     Fault,
     GangTransition,
 )
-from app.replay.diff import Diff, diff, final_verdicts
+from app.replay.diff import diff, final_verdicts
 from app.replay.pipeline import Pipeline
 from app.replay.trace import OutputLine, encode_output, read_lines, replay
-from app.rulefile import RuleFileError, load_rules, rules_document
+from app.rulefile import rules_document
 from app.core.fleet_view import LiveFleet
 
 
 def register(commands: argparse._SubParsersAction) -> None:
+    kafka_flags = settings_parent(KAFKA, "Kafka settings (with --from-kafka or kafka:TOPIC)")
     p = commands.add_parser(
         "replay",
+        parents=[kafka_flags],
         help="run a trace (or the source topics' history) through the rules; write every output record",
         description="Replay history through a rule set. From a trace file or, with --from-kafka, from the source "
         "topics (own consumer, no group: the live worker is never disturbed), into --out FILE as JSON Lines or, "
@@ -44,8 +60,6 @@ def register(commands: argparse._SubParsersAction) -> None:
     target.add_argument("--out", type=Path, help="output file, JSON Lines ('-' for stdout)")
     target.add_argument("--to-topics", action="store_true", help="with --from-kafka: write to the replay topics of the rule set")
     kafka = p.add_argument_group("with --from-kafka")
-    kafka.add_argument("--bootstrap", help="Kafka bootstrap servers (default: FAULTLINE_BOOTSTRAP or 127.0.0.1:9092)")
-    kafka.add_argument("--topic-prefix", help="topic prefix (default: FAULTLINE_TOPIC_PREFIX or none)")
     kafka.add_argument("--since", type=_timestamp, help="first record time to read, RFC 3339 (default: the beginning)")
     kafka.add_argument("--until", type=_timestamp, help="last record time to read, RFC 3339 (default: the end when the replay starts)")
     add_rules_option(p)
@@ -54,7 +68,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("classify", help="print the final verdict of every failed attempt in a trace")
     p.add_argument("trace", type=Path, help="trace file (JSON Lines of source records)")
     p.add_argument("--fleet", action="store_true", help="also print the fleet-health summary (as `faultline fleet`)")
-    add_rules_option(p)
+    add_fleet_options(p)
     p.set_defaults(run=run_classify)
 
     p = commands.add_parser("rules", help="show a rule set (the default, or --rules FILE) with its rules_version")
@@ -62,10 +76,9 @@ def register(commands: argparse._SubParsersAction) -> None:
     add_rules_option(p)
     p.set_defaults(run=run_rules)
 
-    p = commands.add_parser("diff", help="list the attempts whose verdict differs between two replays")
+    p = commands.add_parser("diff", parents=[kafka_flags], help="list the attempts whose verdict differs between two replays")
     p.add_argument("--base", required=True, help="replay output: a JSON Lines file from `faultline replay`, or kafka:TOPIC")
     p.add_argument("--candidate", required=True, help="replay output to compare with the base (file or kafka:TOPIC)")
-    p.add_argument("--bootstrap", help="for kafka:TOPIC: Kafka bootstrap servers (default: FAULTLINE_BOOTSTRAP)")
     p.add_argument("--format", choices=["text", "json"], default="text", help="text for people (default), json for machines")
     p.set_defaults(run=run_diff)
 
@@ -73,38 +86,6 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--dir", type=Path, default=Path("schemas"), help="schema folder (default: schemas)")
     p.add_argument("--check", action="store_true", help="exit 1 if the files differ from the types")
     p.set_defaults(run=run_schemas)
-
-
-def add_rules_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--rules", type=Path, default=None, metavar="FILE", help="rule file (.toml or .json); default: the built-in rules")
-
-
-def rules_from_args(args: argparse.Namespace) -> Rules:
-    try:
-        return load_rules(args.rules)
-    except RuleFileError as exc:
-        raise SystemExit(f"faultline: {exc}") from None
-
-
-def require_trace(path: Path) -> None:
-    if not path.is_file():
-        raise SystemExit(f"faultline: trace file {path} does not exist (give the path of a .jsonl trace)")
-
-
-def report_dead_letter(emit: Emit) -> None:
-    letter = emit.value
-    print(f"faultline: line {letter.offset}: skipped ({letter.reason})", file=sys.stderr)
-
-
-def finish_run(pipeline: Pipeline) -> int:
-    """Non-zero only when nothing at all could be read (R11.1: bad lines are skipped)."""
-    records, bad = pipeline.counts["records"], pipeline.counts["dead_letters"]
-    if bad:
-        print(f"faultline: {bad} of {records} records could not be read and were skipped", file=sys.stderr)
-    if records == bad:
-        print("faultline: no record could be read", file=sys.stderr)
-        return 1
-    return 0
 
 
 def _timestamp(text: str) -> datetime:
@@ -119,61 +100,32 @@ def _timestamp(text: str) -> datetime:
 
 def run_replay(args: argparse.Namespace) -> int:
     if args.from_kafka:
-        from app.cli.kafka_replay import run_replay_from_kafka  # needs the stream extra
+        need("replay --from-kafka", "stream", "aiokafka", "kafka")
+        from app.cli.kafka_replay import run_replay_from_kafka
 
         return run_replay_from_kafka(args, rules_from_args(args))
     if args.to_topics:
-        raise SystemExit("faultline: --to-topics goes with --from-kafka; for a trace, give --out FILE")
+        raise CommandError("--to-topics goes with --from-kafka; for a trace, give --out FILE", 2)
     require_trace(args.trace)
     pipeline = Pipeline(rules_from_args(args))
-    out = sys.stdout.buffer if str(args.out) == "-" else args.out.open("wb")
+    out = open_out(args.out)
     try:
         for emit in replay(read_lines(args.trace), pipeline):
             if emit.topic == DEAD_LETTER:
                 report_dead_letter(emit)
             out.write(encode_output(emit) + b"\n")
     finally:
-        if out is not sys.stdout.buffer:
-            out.close()
-    return finish_run(pipeline)
-
-
-def describe_fault(v: ClassifiedFailure) -> str:
-    fault = v.gpu_fault
-    if fault is None:
-        return "-"
-    label = "SXid" if fault.kind == "SXID" else "Xid"
-    gpu = f"/gpu{fault.gpu_index}" if fault.gpu_index is not None else ""
-    return f"{label} {fault.code} {fault.severity} {fault.node or '?'}{gpu}"
-
-
-def verdict_rows(verdicts: list[ClassifiedFailure]) -> list[str]:
-    """One aligned line per attempt, then its reasons indented beneath it."""
-    header = ("ATTEMPT", "CODE", "KIND", "GPU FAULT", "POD", "")
-    rows = [header]
-    for v in verdicts:
-        state = "" if v.terminal else f"restarted in place (generation {v.generation})"
-        rows.append((v.key, v.code, v.kind, describe_fault(v), v.faulted_pod.name if v.faulted_pod else "-", state))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = []
-    for row, v in zip(rows, [None, *verdicts]):
-        lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
-        lines.extend(f"    {reason}" for reason in (v.reasons if v is not None else []))
-    return lines
-
-
-def describe_transition(t: GangTransition) -> str:
-    detail = f"  {t.code} retry={t.retry}" if t.code else ""
-    waited = f"  waited {t.waited_seconds:g}s" if t.waited_seconds is not None else ""
-    return f"{t.key}  {t.from_} -> {t.to}{detail}{waited}  {t.reason}"
+        close_out(out)
+    return finish_run(pipeline.counts)
 
 
 def run_classify(args: argparse.Namespace) -> int:
     require_trace(args.trace)
-    pipeline = Pipeline(rules_from_args(args))
+    settings = fleet_settings(args)
+    pipeline = Pipeline(msgspec.structs.replace(rules_from_args(args), fleet=settings if args.fleet else None))
     verdicts: dict[str, ClassifiedFailure] = {}
     transitions: list[GangTransition] = []
-    fleet = LiveFleet()
+    fleet = LiveFleet(settings)
     for emit in fleet.watch(replay(read_lines(args.trace), pipeline)):
         if emit.topic == CLASSIFIED_FAILURES:
             verdicts[emit.key] = emit.value  # a later revision supersedes (R7.2)
@@ -182,18 +134,15 @@ def run_classify(args: argparse.Namespace) -> int:
         elif emit.topic == DEAD_LETTER:
             report_dead_letter(emit)
     if verdicts:
-        print("\n".join(verdict_rows(list(verdicts.values()))))
+        print("\n".join(render.verdict_table(list(verdicts.values()))))
     if transitions:
         print("\nGANG TRANSITIONS")
-        for transition in transitions:
-            print(describe_transition(transition))
+        print("\n".join(render.transition_table(transitions)))
     if not verdicts and not transitions:
         print("no failed attempt in this trace")
     if args.fleet:
-        from app.cli.fleet import fleet_lines  # app.cli.fleet imports this module
-
-        print("\n" + "\n".join(fleet_lines(fleet.summary())))
-    return finish_run(pipeline)
+        print("\n" + "\n".join(render.fleet_lines(fleet.summary())))
+    return finish_run(pipeline.counts)
 
 
 def run_rules(args: argparse.Namespace) -> int:
@@ -206,40 +155,21 @@ _OUTPUT_LINE = msgspec.json.Decoder(OutputLine[ClassifiedFailure | Fault | GangT
 
 def _replay_output(source: str, args: argparse.Namespace) -> dict[str, ClassifiedFailure]:
     if source.startswith("kafka:"):
-        from app.cli.kafka_replay import verdicts_from_topic  # needs the stream extra
+        need("diff kafka:TOPIC", "stream", "kafka")
+        from app.cli.kafka_replay import verdicts_from_topic
 
         return verdicts_from_topic(source.removeprefix("kafka:"), args)
     path = Path(source)
     if not path.is_file():
-        raise SystemExit(f"faultline: replay output {path} does not exist (write one with `faultline replay --trace T --out {path}`)")
+        raise CommandError(f"replay output {path} does not exist (write one with `faultline replay --trace T --out {path}`)", 2)
     records = []
     for number, line in read_lines(path):
         try:
             record = _OUTPUT_LINE.decode(line)
         except msgspec.DecodeError as exc:
-            raise SystemExit(f"faultline: {path} line {number}: not a `faultline replay` output record ({exc})") from None
+            raise CommandError(f"{path} line {number}: not a `faultline replay` output record ({exc})", 2) from None
         records.append((record.topic, record.key, record.value))
     return final_verdicts(records)
-
-
-def describe_diff(result: Diff) -> list[str]:
-    lines = [
-        f"base rules: {', '.join(result.base_rules) or '-'}    candidate rules: {', '.join(result.candidate_rules) or '-'}",
-        f"{len(result.changes)} of {result.attempts_compared} attempts changed",
-    ]
-    if result.transitions:
-        lines.append("")
-        width = max(len(t) for t in result.transitions)
-        lines.append(f"{'VERDICT CHANGE'.ljust(width)}  COUNT")
-        lines.extend(f"{t.ljust(width)}  {n}" for t, n in result.transitions.items())
-    for change in result.changes:
-        lines.append("")
-        lines.append(change.key)
-        for side, v in (("base", change.base), ("candidate", change.candidate)):
-            text = "(no verdict)" if v is None else f"{v.code} {v.kind}  {v.fault or 'no GPU fault'}" + (f"  pod {v.faulted_pod}" if v.faulted_pod else "")
-            lines.append(f"  {side:<9}  {text}")
-        lines.append(f"  because    {change.because}")
-    return lines
 
 
 def run_diff(args: argparse.Namespace) -> int:
@@ -247,7 +177,7 @@ def run_diff(args: argparse.Namespace) -> int:
     if args.format == "json":
         sys.stdout.buffer.write(msgspec.json.encode(result) + b"\n")
     else:
-        print("\n".join(describe_diff(result)))
+        print("\n".join(render.diff_lines(result)))
     return 0
 
 

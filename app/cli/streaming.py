@@ -1,7 +1,8 @@
 """Commands that talk to Kafka: topics create, worker, publish, tail.
 
 Every setting is a flag here, generated from `app.settings` (flag > FAULTLINE_* env >
-default), so a setting is declared in one place only.
+default), so a setting is declared in one place only. Kafka libraries are imported when
+a command runs, after `need` has checked the install has them.
 """
 
 from __future__ import annotations
@@ -12,69 +13,47 @@ import time
 from pathlib import Path
 
 import msgspec
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.errors import KafkaError
 
 from app import settings as settings_mod
+from app.cli.common import KAFKA, CommandError, fail, load_settings, need, require_trace, rules_from, settings_parent
 from app.model.envelope import BOOKMARK, SOURCE_TOPICS, TraceLine
 from app.replay.trace import read_lines
-from app.rulefile import RuleFileError, load_rules
-from app.settings import Settings, SettingsError
-from app.cli.settings_flags import settings_flags
-from app.stream.topics import TopicError, check_topics, create_topics
 
-CONNECT = ["bootstrap", "topic_prefix"]
-SHAPE = [*CONNECT, "partitions", "replication"]
+SHAPE = [*KAFKA, "partitions", "replication"]
+PUBLISH = [*KAFKA, "partitions"]  # the partition count the source topics are checked against
 WORKER = [info.name for info in settings_mod.describe()]
-
-
-def _flags(names: list[str]) -> argparse.ArgumentParser:
-    return settings_flags(settings_mod.describe(), names)
 
 
 def register(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser("topics", help="manage the Kafka topics")
     sub = p.add_subparsers(dest="topics_command", required=True, metavar="ACTION")
-    c = sub.add_parser(
-        "create",
-        parents=[_flags(SHAPE)],
-        help="create the source, output and internal topics (idempotent)",
-    )
-    c.set_defaults(run=run_topics_create, settings_names=SHAPE)
+    c = sub.add_parser("create", parents=[settings_parent(SHAPE)], help="create the source, output and internal topics (idempotent)")
+    c.set_defaults(run=run_topics_create)
 
-    p = commands.add_parser("worker", parents=[_flags(WORKER)], help="run a stream worker (Faust) until SIGTERM")
-    p.set_defaults(run=run_worker, settings_names=WORKER)
+    p = commands.add_parser("worker", parents=[settings_parent(WORKER)], help="run a stream worker (Faust) until SIGTERM")
+    p.set_defaults(run=run_worker)
 
-    p = commands.add_parser(
-        "publish", parents=[_flags(SHAPE)], help="publish a trace's records into the source topics, in order"
-    )
+    p = commands.add_parser("publish", parents=[settings_parent(PUBLISH)], help="publish a trace's records into the source topics, in order")
     p.add_argument("trace", type=Path, help="trace file (JSON Lines of {topic, key, value})")
-    p.set_defaults(run=run_publish, settings_names=SHAPE)
+    p.set_defaults(run=run_publish)
 
-    p = commands.add_parser("tail", parents=[_flags(CONNECT)], help="print a topic's records as JSON Lines as they arrive")
+    p = commands.add_parser("tail", parents=[settings_parent(KAFKA)], help="print a topic's records as JSON Lines as they arrive")
     p.add_argument("topic", help="logical topic name, e.g. faultline.classified-failures (the prefix is added)")
     p.add_argument("--from-beginning", action="store_true", help="start at the oldest record (default: only new ones)")
     p.add_argument("--max", type=int, default=None, metavar="N", help="stop after N records")
-    p.add_argument("--timeout", type=float, default=None, metavar="S", help="stop after S seconds without a new record")
-    p.set_defaults(run=run_tail, settings_names=CONNECT)
-
-
-def _load(args: argparse.Namespace) -> Settings:
-    return settings_mod.load({name: getattr(args, name) for name in args.settings_names})
-
-
-def _fail(message: str, code: int = 1) -> int:
-    print(f"faultline: {message}", file=sys.stderr)
-    return code
+    p.add_argument("--idle-timeout", type=float, default=None, metavar="S", help="stop after S seconds without a new record (default: run until Ctrl-C)")
+    p.set_defaults(run=run_tail)
 
 
 def run_topics_create(args: argparse.Namespace) -> int:
+    need("topics create", "stream", "kafka")
+    from app.kafka.topics import TopicError, create_topics
+
+    settings = load_settings(args, SHAPE)
     try:
-        lines = create_topics(_load(args))
-    except SettingsError as exc:
-        return _fail(str(exc), 2)
+        lines = create_topics(settings)
     except TopicError as exc:
-        return _fail(str(exc))
+        raise CommandError(str(exc)) from None
     try:
         print("\n".join(lines))
     except BrokenPipeError:  # e.g. `| head`
@@ -83,16 +62,15 @@ def run_topics_create(args: argparse.Namespace) -> int:
 
 
 def run_worker(args: argparse.Namespace) -> int:
+    need("worker", "stream", "faust", "kafka")
+    from app.kafka.topics import TopicError, check_topics
+
+    settings = load_settings(args, WORKER)
+    rules = rules_from(Path(settings.rules) if settings.rules else None, " (setting rules: --rules / FAULTLINE_RULES)")
     try:
-        settings = _load(args)
-        rules = load_rules(Path(settings.rules) if settings.rules else None)
         check_topics(settings)
-    except SettingsError as exc:
-        return _fail(str(exc), 2)
-    except RuleFileError as exc:
-        return _fail(f"{exc} (setting rules: --rules / FAULTLINE_RULES)", 2)
     except TopicError as exc:
-        return _fail(str(exc))
+        raise CommandError(str(exc)) from None
     from app.stream.app import build_app, run_worker as run  # imports Faust: only here
     from app.web.faust_mount import mount
 
@@ -125,18 +103,19 @@ def run_publish(args: argparse.Namespace) -> int:
     acks=all, so each partition receives its records in the order of the file. A progress
     record (BOOKMARK, SPEC R12.2) goes to every partition of its topic, after everything
     the file held before it."""
-    if not args.trace.is_file():
-        return _fail(f"trace file {args.trace} does not exist (give the path of a .jsonl trace)")
+    need("publish", "stream", "kafka")
+    from kafka.errors import KafkaError
+
+    from app.kafka import clients
+    from app.kafka.topics import TopicError, check_topics
+
+    require_trace(args.trace)
+    settings = load_settings(args, PUBLISH)
     try:
-        settings = _load(args)
         check_topics(settings)
-    except SettingsError as exc:
-        return _fail(str(exc), 2)
-    except TopicError as exc:
-        return _fail(str(exc))
-    producer = KafkaProducer(
-        bootstrap_servers=settings.bootstrap.split(","), acks="all", enable_idempotence=True, linger_ms=5, client_id="faultline-publish"
-    )
+        producer = clients.producer(settings, acks="all", enable_idempotence=True, linger_ms=5, client_id="faultline-publish")
+    except (TopicError, KafkaError) as exc:
+        raise CommandError(str(exc)) from None
     sent, skipped, pending = 0, 0, []
     try:
         for number, line in read_lines(args.trace):
@@ -161,7 +140,7 @@ def run_publish(args: argparse.Namespace) -> int:
         for future in pending:
             future.get(timeout=60)  # raises if any record was not written
     except KafkaError as exc:
-        return _fail(f"publishing to {settings.bootstrap} failed after {sent} records: {exc}")
+        return fail(f"publishing to {settings.bootstrap} failed after {sent} records: {exc}")
     finally:
         producer.close()
     print(f"published {sent} records from {args.trace} to {settings.topic('k8s.*')}" + (f"; skipped {skipped} lines" if skipped else ""))
@@ -187,21 +166,24 @@ def _value_of(raw: bytes | None) -> msgspec.Raw | str | None:
 
 
 def run_tail(args: argparse.Namespace) -> int:
-    try:
-        settings = _load(args)
-    except SettingsError as exc:
-        return _fail(str(exc), 2)
+    need("tail", "stream", "kafka")
+    from kafka import TopicPartition
+    from kafka.errors import KafkaError
+
+    from app.kafka import clients
+
+    settings = load_settings(args, KAFKA)
     topic = settings.topic(args.topic)
     try:
-        consumer = KafkaConsumer(bootstrap_servers=settings.bootstrap.split(","), enable_auto_commit=False, client_id="faultline-tail")
+        consumer = clients.consumer(settings, enable_auto_commit=False, client_id="faultline-tail")
     except KafkaError as exc:
-        return _fail(f"cannot reach Kafka at {settings.bootstrap} ({exc}); set --bootstrap / FAULTLINE_BOOTSTRAP")
+        raise CommandError(str(exc)) from None
     encoder = msgspec.json.Encoder()
     out = sys.stdout.buffer
     try:
         partitions = consumer.partitions_for_topic(topic)
         if not partitions:
-            return _fail(f"topic {topic} does not exist; run `faultline topics create` (prefix {settings.topic_prefix!r})")
+            return fail(f"topic {topic} does not exist; run `faultline topics create` (prefix {settings.topic_prefix!r})")
         tps = [TopicPartition(topic, p) for p in sorted(partitions)]
         consumer.assign(tps)
         if args.from_beginning:
@@ -211,26 +193,23 @@ def run_tail(args: argparse.Namespace) -> int:
         printed = 0
         last = time.monotonic()
         while args.max is None or printed < args.max:
-            batches = consumer.poll(timeout_ms=200)
+            batches = consumer.poll(timeout_ms=200, max_records=(args.max - printed) if args.max is not None else None)
             for records in batches.values():
                 for rec in records:
                     key = rec.key.decode("utf-8", "replace") if rec.key is not None else None
-                    line = TailLine(args.topic, rec.partition, rec.offset, key, _value_of(rec.value))
-                    out.write(encoder.encode(line) + b"\n")
+                    out.write(encoder.encode(TailLine(args.topic, rec.partition, rec.offset, key, _value_of(rec.value))) + b"\n")
                     printed += 1
-                    if args.max is not None and printed >= args.max:
-                        break
-                if args.max is not None and printed >= args.max:
-                    break
             if batches:
                 out.flush()
                 last = time.monotonic()
-            elif args.timeout is not None and time.monotonic() - last >= args.timeout:
+            elif args.idle_timeout is not None and time.monotonic() - last >= args.idle_timeout:
                 break
     except KeyboardInterrupt:
         return 0
     except BrokenPipeError:  # e.g. `| head`
         return 0
+    except KafkaError as exc:
+        return fail(f"reading {topic} from {settings.bootstrap} failed: {exc}")
     finally:
         consumer.close()
     out.flush()

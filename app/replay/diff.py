@@ -8,6 +8,7 @@ from collections.abc import Iterable
 
 import msgspec
 
+from app.core.fleet_fold import fault_label
 from app.model.records import CLASSIFIED_FAILURES, ClassifiedFailure, GpuFault
 
 
@@ -46,8 +47,7 @@ def final_verdicts(records: Iterable[tuple[str, str, ClassifiedFailure]]) -> dic
 def _fault_text(fault: GpuFault | None) -> str | None:
     if fault is None:
         return None
-    label = "SXid" if fault.kind == "SXID" else "Xid"
-    return f"{label} {fault.code} {fault.severity} on pod {fault.pod.name}"
+    return f"{fault_label(fault.kind, fault.code)} {fault.severity} on pod {fault.pod.name}"
 
 
 def _summary(v: ClassifiedFailure | None) -> VerdictSummary | None:
@@ -68,7 +68,7 @@ def explain(base: ClassifiedFailure | None, candidate: ClassifiedFailure | None)
         return f"only the {side} replay has a verdict for this attempt (its records or retention differ)"
     a, b = base.gpu_fault, candidate.gpu_fault
     if a is not None and b is not None and _same_fault(a, b):
-        label = f"{'SXid' if a.kind == 'SXID' else 'Xid'} {a.code}"
+        label = fault_label(a.kind, a.code)
         if a.severity != b.severity:
             return f"the Xid table's severity for {label} changed ({a.severity} -> {b.severity})"
         if base.code != candidate.code:

@@ -24,8 +24,9 @@ from aiokafka.errors import KafkaError
 
 from app.model.decode import BadRecord, TypedEnvelope, decode_source
 from app.model.envelope import SOURCE_TOPICS
+from app.kafka import clients
+from app.kafka.topics import admin_client
 from app.settings import Settings
-from app.stream.topics import admin_client
 
 _DAWN = datetime.min.replace(tzinfo=timezone.utc)
 # Records buffered per partition before it is paused, so memory stays bounded.
@@ -83,8 +84,8 @@ class KafkaHistory:
         self.partitions: dict[TopicPartition, _Partition] = {}
 
     async def open(self) -> None:
-        self.consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.settings.bootstrap.split(","),
+        self.consumer = clients.aio_consumer(
+            self.settings,
             group_id=None,
             enable_auto_commit=False,
             client_id="faultline-replay",

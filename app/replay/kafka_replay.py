@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator, Callable
 from typing import TextIO
 
 import msgspec
-from kafka import KafkaProducer
 from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
@@ -17,8 +16,9 @@ from app.core.emit import Emit
 from app.core.rules import Rules
 from app.replay.kafka_history import HistoryError, KafkaHistory
 from app.replay.pipeline import Pipeline
+from app.kafka import clients
+from app.kafka.topics import admin_client
 from app.settings import Settings
-from app.stream.topics import admin_client
 
 
 def replay_topic(settings: Settings, logical: str, rules: Rules) -> str:
@@ -62,7 +62,7 @@ class TopicSink:
         self.settings, self.rules = settings, rules
         self.names = {logical: replay_topic(settings, logical, rules) for logical in logical_topics}
         self._create()
-        self.producer = KafkaProducer(bootstrap_servers=settings.bootstrap.split(","), acks="all", enable_idempotence=True, linger_ms=20)
+        self.producer = clients.producer(settings, acks="all", enable_idempotence=True, linger_ms=20)
         self.pending: list = []
 
     def _create(self) -> None:

@@ -9,9 +9,14 @@ import faust
 import msgspec
 
 from app.core.rules import DEFAULT_RULES, Rules
+from app.kafka.config import faust_kwargs
 from app.settings import Settings
 from app.stream.agents import Stages
-from app.stream.faust_fixes import seek_uncommitted_partitions_to_beginning, short_fetch_wait_between_rebalances
+from app.stream.faust_fixes import (
+    seek_uncommitted_partitions_to_beginning,
+    short_fetch_wait_between_rebalances,
+    take_assignment_made_for_an_earlier_url,
+)
 from app.stream.read_model import FleetReadModel
 
 
@@ -22,11 +27,12 @@ def build_app(settings: Settings, rules: Rules = DEFAULT_RULES) -> tuple[faust.A
     fleet = settings.fleet()
     rules = msgspec.structs.replace(rules, fleet=fleet if settings.fleet_stage else None)
     seek_uncommitted_partitions_to_beginning()
+    take_assignment_made_for_an_earlier_url()
     datadir = Path(settings.data_dir) / settings.app_id
     datadir.parent.mkdir(parents=True, exist_ok=True)
     app = faust.App(
         settings.app_id,  # the consumer group; changelog topics are <app_id>-<table>-changelog
-        broker=[f"kafka://{server}" for server in settings.bootstrap.split(",")],
+        **faust_kwargs(settings),
         store="rocksdb://" if settings.store == "rocksdb" else "memory://",
         datadir=str(datadir),
         topic_partitions=settings.partitions,
@@ -41,6 +47,14 @@ def build_app(settings: Settings, rules: Rules = DEFAULT_RULES) -> tuple[faust.A
         consumer_group_instance_id=settings.worker_id or None,
         web_enabled=settings.web_port != 0,
         web_port=settings.web_port or 6066,
+        web_bind=settings.web_host,
+        **_identity(settings),
+        # Faust's own pages show raw stage state (/table/), hosts and partitions (/router/)
+        # and internals (/, /graph): off unless asked for (docs/streaming.md).
+        web_router_enabled=settings.web_faust_routes,
+        web_tables_enabled=settings.web_faust_routes,
+        web_stats_enabled=settings.web_faust_routes,
+        web_graph_enabled=settings.web_faust_routes,
         autodiscover=False,
     )
     short_fetch_wait_between_rebalances(app, settings.fetch_wait_ms)
@@ -49,6 +63,17 @@ def build_app(settings: Settings, rules: Rules = DEFAULT_RULES) -> tuple[faust.A
     if settings.fleet_stage:
         app.add_dependency(view)
     return app, stages, view
+
+
+def _identity(settings: Settings) -> dict[str, str]:
+    """The URL a worker gives its group. Faust derives it from the hostname and web port and
+    keeps it in the assignment the broker holds for a static member (--worker-id): a worker
+    restarted under the same id on another port or host (a recreated container) was handed
+    that assignment back and stopped consuming. It only routes Faust's /router/ and /table/
+    requests, so without those routes a worker with an id is named by the id alone."""
+    if settings.worker_id and not settings.web_faust_routes:
+        return {"canonical_url": f"http://{settings.worker_id}.{settings.app_id}.invalid/"}
+    return {}
 
 
 def run_worker(app: faust.App, settings: Settings) -> int:

@@ -17,6 +17,7 @@ import faust
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from mode import Service
 
+from app.kafka import clients
 from app.settings import Settings
 
 log = logging.getLogger("faultline.stream")
@@ -43,9 +44,7 @@ class CommittedOffsets(Service):
     async def get(self, tp: Any) -> int | None:
         async with self._starting:  # several agents ask at once at start-up
             if self._consumer is None:
-                consumer = AIOKafkaConsumer(
-                    bootstrap_servers=self.settings.bootstrap.split(","), group_id=self.settings.app_id, enable_auto_commit=False
-                )
+                consumer = clients.aio_consumer(self.settings, group_id=self.settings.app_id, enable_auto_commit=False)
                 await consumer.start()
                 self._consumer = consumer
         return await self._consumer.committed(TopicPartition(tp.topic, tp.partition))

@@ -5,6 +5,7 @@ Each function says what it works around; `build_app` applies them.
 
 from __future__ import annotations
 
+import logging
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -15,6 +16,9 @@ from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import EventT
 
 _PATCHED = "_faultline_seeks_uncommitted"
+_PATCHED_URL = "_faultline_takes_assignment_for_an_earlier_url"
+
+log = logging.getLogger("faultline.stream")
 
 
 def seek_uncommitted_partitions_to_beginning() -> None:
@@ -109,3 +113,34 @@ def short_fetch_wait_between_rebalances(app: Any, wait_ms: int) -> None:
         set_wait(wait_ms)
 
     app.on_rebalance_start, app.on_rebalance_end = on_rebalance_start, on_rebalance_end
+
+
+def take_assignment_made_for_an_earlier_url() -> None:
+    """5. A worker restarted with the same --worker-id at another address must not hang.
+
+    With static membership (`consumer_group_instance_id`) the broker hands a rejoining
+    member the assignment the leader made for it before, without a rebalance; Faust puts
+    the member's URL (its canonical_url: host and web port) in that assignment and asserts
+    it is its own, so a worker restarted on another web port (or a container with a new
+    hostname) failed that assert in the coordinator and hung alive, consuming nothing.
+    The URL only routes Faust's table requests between workers (its /router/, not served
+    unless `web_faust_routes`), so the assignment is taken with this worker's URL; the
+    group learns the new one at its next rebalance. Applied once per process."""
+    from faust.assignor.client_assignment import ClientMetadata
+    from faust.assignor.partition_assignor import PartitionAssignor
+
+    if getattr(PartitionAssignor, _PATCHED_URL, False):
+        return
+    original = PartitionAssignor.on_assignment
+
+    def on_assignment(self: Any, assignment: Any) -> None:
+        metadata = ClientMetadata.loads(self._decompress(assignment.user_data))
+        url = str(self._url)
+        if metadata.url != url:
+            log.info("taking the assignment made for this worker id at %s (now %s): a static member restarted", metadata.url, url)
+            metadata.url = url
+            assignment.user_data = self._compress(metadata.dumps())
+        original(self, assignment)
+
+    PartitionAssignor.on_assignment = on_assignment
+    setattr(PartitionAssignor, _PATCHED_URL, True)

@@ -14,7 +14,6 @@ from typing import Any
 
 import faust
 import msgspec
-from aiokafka import AIOKafkaConsumer
 from mode import Service
 
 from app.core.emit import Emit
@@ -23,6 +22,7 @@ from app.core.fleet_view import Counters, LiveFleet, Watermark
 from app.core.rules import FleetSettings, Rules
 from app.model.fleet_records import DERIVED_TOPICS, DerivedRecord
 from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, ClassifiedFailure, DeadLetter
+from app.kafka import clients
 from app.settings import Settings
 from app.stream.agents import Stages
 from app.stream.lag import consumer_lag
@@ -50,10 +50,10 @@ class FleetReadModel(Service):
         self.add_future(self._read())
 
     async def _read(self) -> None:
-        consumer = AIOKafkaConsumer(
-            *self._decoders, bootstrap_servers=self._settings.bootstrap.split(","), enable_auto_commit=False,
-            auto_offset_reset="earliest", group_id=None,
+        consumer = clients.aio_consumer(
+            self._settings, enable_auto_commit=False, auto_offset_reset="earliest", group_id=None
         )
+        consumer.subscribe(list(self._decoders))
         await consumer.start()
         try:
             async for message in consumer:
@@ -96,7 +96,9 @@ class FleetReadModel(Service):
             url = app.router.key_store("attempts", attempt_key.encode())
         except Exception:  # noqa: BLE001 - no assignment yet, or a rebalance under way
             return None
-        return None if str(url).rstrip("/") == str(app.conf.canonical_url).rstrip("/") else str(url)
+        if str(url).rstrip("/") == str(app.conf.canonical_url).rstrip("/") or url.host.endswith(".invalid"):
+            return None  # here, or a worker named by its id only (app.stream.app._identity): not reachable
+        return str(url)
 
     def reports_fleet(self) -> bool:
         """Every worker reads the same fleet; the group's leader reports its gauges."""

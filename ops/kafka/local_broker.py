@@ -29,6 +29,7 @@ import tempfile
 import time
 import uuid
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
@@ -182,6 +183,44 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class SaslSsl:
+    """A second listener, SASL over TLS, beside the PLAINTEXT one.
+
+    keystore_pem: one PEM file with the broker's unencrypted PKCS#8 private key and its
+    certificate chain (the certificate must name 127.0.0.1 for clients that check it).
+    users: name -> password, accepted by PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 (the SCRAM
+    credentials are written into the metadata log when the storage is formatted).
+    """
+
+    keystore_pem: Path
+    users: dict[str, str] = field(default_factory=dict)
+
+    MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+    def settings(self) -> dict[str, str]:
+        plain_users = " ".join(f'user_{name}="{password}"' for name, password in self.users.items())
+        return {
+            "sasl.enabled.mechanisms": ",".join(self.MECHANISMS),
+            "listener.name.sasl_ssl.plain.sasl.jaas.config":
+                f"org.apache.kafka.common.security.plain.PlainLoginModule required {plain_users};",
+            "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config":
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config":
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+            "listener.name.sasl_ssl.ssl.keystore.type": "PEM",
+            "listener.name.sasl_ssl.ssl.keystore.location": str(self.keystore_pem),
+        }
+
+    def scram_arguments(self) -> list[str]:
+        """`kafka-storage format --add-scram` arguments: the SCRAM users exist from the start."""
+        args = []
+        for mechanism in self.MECHANISMS[1:]:
+            for name, password in self.users.items():
+                args += ["--add-scram", f"{mechanism}=[name={name},password={password}]"]
+        return args
+
+
 class LocalBroker:
     """One single-node KRaft Kafka broker in a child JVM.
 
@@ -189,11 +228,12 @@ class LocalBroker:
     deleted by stop()). A given data_dir keeps its topics across restarts.
     port: broker listener port (default: a free one chosen at each start).
     detach: start the JVM in its own session so it outlives this process (the CLI's `start`).
+    sasl_ssl: also listen with SASL_SSL on another free port (`sasl_ssl_bootstrap`).
     """
 
     def __init__(self, data_dir: str | os.PathLike[str] | None = None, *, port: int | None = None,
                  version: str | None = None, start_timeout: float = 60.0, stop_timeout: float = 30.0,
-                 heap: str = "512m", detach: bool = False) -> None:
+                 heap: str = "512m", detach: bool = False, sasl_ssl: SaslSsl | None = None) -> None:
         self._owns_dir = data_dir is None
         self.data_dir = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="faultline-kafka-"))
         self.port = port
@@ -202,6 +242,7 @@ class LocalBroker:
         self.stop_timeout = stop_timeout
         self.heap = heap
         self.detach = detach
+        self.sasl_ssl = sasl_ssl
         self._proc: subprocess.Popen[bytes] | None = None
 
     # Files inside data_dir.
@@ -220,10 +261,18 @@ class LocalBroker:
     @property
     def bootstrap(self) -> str | None:
         """`127.0.0.1:<port>` while running, else None."""
+        return self._address("bootstrap")
+
+    @property
+    def sasl_ssl_bootstrap(self) -> str | None:
+        """`127.0.0.1:<port>` of the SASL_SSL listener while running, else None."""
+        return self._address("sasl_ssl_bootstrap")
+
+    def _address(self, name: str) -> str | None:
         if self.pid() is None:
             return None
         try:
-            return (self.data_dir / "bootstrap").read_text().strip() or None
+            return (self.data_dir / name).read_text().strip() or None
         except OSError:
             return None
 
@@ -249,14 +298,20 @@ class LocalBroker:
         controller_port = free_port()
         while controller_port == port:
             controller_port = free_port()
+        secure_port = None
+        if self.sasl_ssl is not None:
+            secure_port = free_port()
+            while secure_port in (port, controller_port):
+                secure_port = free_port()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         (self.data_dir / "logs").mkdir(exist_ok=True)
-        props, log4j = self._write_config(port, controller_port)
+        props, log4j = self._write_config(port, controller_port, secure_port)
         jvm = [java, f"-Xmx{self.heap}", "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
                f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{libs}/*"]
         kraft = self.data_dir / "kraft"
         if not (kraft / "meta.properties").exists():  # format once; later starts keep the data
-            res = subprocess.run([*jvm, "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(props)],
+            scram = self.sasl_ssl.scram_arguments() if self.sasl_ssl is not None else []
+            res = subprocess.run([*jvm, "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(props), *scram],
                                  stdin=subprocess.DEVNULL, capture_output=True, text=True)
             if res.returncode != 0:
                 raise BrokerError(f"formatting {kraft} failed (exit {res.returncode}; Kafka 4 needs Java 17+):\n"
@@ -280,6 +335,8 @@ class LocalBroker:
                                   f"and {self.out_file}\n{self._diagnostics()}")
             time.sleep(0.2)
         (self.data_dir / "bootstrap").write_text(bootstrap + "\n")
+        if secure_port is not None:
+            (self.data_dir / "sasl_ssl_bootstrap").write_text(f"{HOST}:{secure_port}\n")
         return bootstrap
 
     def stop(self) -> None:
@@ -289,6 +346,7 @@ class LocalBroker:
             self._terminate(pid)
         self.pid_file.unlink(missing_ok=True)
         (self.data_dir / "bootstrap").unlink(missing_ok=True)
+        (self.data_dir / "sasl_ssl_bootstrap").unlink(missing_ok=True)
         self._proc = None
         if self._owns_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
@@ -323,7 +381,7 @@ class LocalBroker:
             return "(no output)"
         return "\n".join(errors[-10:]) or _file_tail(self.log_file)
 
-    def _write_config(self, port: int, controller_port: int) -> tuple[Path, Path]:
+    def _write_config(self, port: int, controller_port: int, secure_port: int | None = None) -> tuple[Path, Path]:
         # Static voter set (controller.quorum.voters) rather than --standalone: the voter endpoint is
         # then read from config, not stored in the log, so a restart may pick new free ports.
         settings = {
@@ -346,6 +404,11 @@ class LocalBroker:
             "group.initial.rebalance.delay.ms": "0",  # consumers join at once: fast tests
             "auto.create.topics.enable": "true",  # convenient locally; tests still create topics explicitly
         }
+        if self.sasl_ssl is not None and secure_port is not None:
+            settings["listeners"] += f",SASL_SSL://{HOST}:{secure_port}"
+            settings["advertised.listeners"] += f",SASL_SSL://{HOST}:{secure_port}"
+            settings["listener.security.protocol.map"] += ",SASL_SSL:SASL_SSL"
+            settings.update(self.sasl_ssl.settings())
         props = self.data_dir / "server.properties"
         props.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
         logs = self.data_dir / "logs"

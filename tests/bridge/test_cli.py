@@ -116,13 +116,18 @@ def test_run_classifies_live_and_prints_verdicts_as_they_come(kube, tmp_path, ca
     player.join()
     captured = capsys.readouterr()
     assert code == 0, captured.err
-    printed = [line for line in captured.out.splitlines() if line.startswith("verdict")]
+    lines = captured.out.splitlines()
+    header = next(line for line in lines if line.startswith("ATTEMPT "))
+    printed = [line for line in lines if line.startswith(CLUSTER + "/") and " -> " not in line]
     expected = final_verdicts(records)
     assert len(printed) >= 3
     for key, verdict in expected.items():
         live_key = CLUSTER + "/" + key.split("/", 1)[1]
-        assert any(live_key in line and f"  {verdict.code}  {verdict.kind}  " in line for line in printed), (live_key, printed)
+        assert any(line.split()[:3] == [live_key, verdict.code, verdict.kind] for line in printed), (live_key, printed)
+    # the columns of `classify`, aligned although printed one verdict at a time
+    assert {line.index(line.split()[1]) for line in printed} == {header.index("CODE")}
     assert "Xid 74 CRITICAL gpu-17/gpu0" in captured.out
+    assert "=None" not in captured.out and max(len(line) for line in lines) <= 200
     written = [orjson.loads(line) for line in out.read_bytes().splitlines()]
     assert {w["topic"] for w in written} >= {CLASSIFIED_FAILURES, "faultline.faults"}
     assert "3 verdict(s)" in captured.err or "verdict(s)" in captured.err

@@ -70,9 +70,9 @@ def test_the_bridge_role_reads_exactly_the_watched_resources():
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "faultline-bridge", "namespace": "faultline"}]
 
 
-@pytest.mark.parametrize("name", ["faultline-bridge", "faultline-worker"])
-def test_deployments_run_non_root_read_only_with_resources_and_probes(name):
-    deployment = by_kind("Deployment", name)
+@pytest.mark.parametrize(("kind", "name"), [("Deployment", "faultline-bridge"), ("StatefulSet", "faultline-worker")])
+def test_deployments_run_non_root_read_only_with_resources_and_probes(kind, name):
+    deployment = by_kind(kind, name)
     pod = deployment["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] > 0
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
@@ -95,7 +95,7 @@ def test_the_bridge_is_a_single_replica_replaced_not_rolled():
 
 
 def test_the_worker_and_the_topics_job_have_no_kubernetes_api_access():
-    for kind, name in (("Deployment", "faultline-worker"), ("Job", "faultline-topics")):
+    for kind, name in (("StatefulSet", "faultline-worker"), ("Job", "faultline-topics")):
         pod = by_kind(kind, name)["spec"]["template"]["spec"]
         assert pod["automountServiceAccountToken"] is False and pod["serviceAccountName"] == "faultline-worker"
     bound = [doc for _, doc in documents() if doc["kind"] in ("ClusterRoleBinding", "RoleBinding")]

@@ -23,7 +23,11 @@ from tests.fleet import promtext  # noqa: E402
 from tests.fleet.test_web import fed_view  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-FAULTLINE_SERVICES = {"topics-init", "bridge", "demo", "worker"}
+FAULTLINE_SERVICES = {"topics-init", "kubeconfig-init", "bridge", "demo", "worker"}
+
+
+# One image name everywhere, built by `docker build -t faultline:<version> .` (README).
+IMAGE = f"faultline:{tomllib.loads((ROOT / 'pyproject.toml').read_text())['project']['version']}"
 
 
 def load_yaml(path: Path) -> Any:
@@ -84,7 +88,7 @@ def test_compose_has_the_whole_local_stack() -> None:
     for name, service in services.items():
         assert service.get("image"), f"service {name} names no image"
     for name in FAULTLINE_SERVICES:
-        assert services[name]["build"] == "." and services[name]["image"] == "faultline:local", name
+        assert services[name]["build"] == "." and services[name]["image"] == IMAGE, name
     assert (ROOT / "Dockerfile").is_file()
     assert services["bridge"]["profiles"] == ["cluster"] and services["demo"]["profiles"] == ["demo"]
 
@@ -106,9 +110,10 @@ def test_compose_kafka_runs_in_kraft_mode_on_the_pinned_version() -> None:
     advertised = dict(item.split("://") for item in env["KAFKA_ADVERTISED_LISTENERS"].split(","))
     assert controller not in advertised and set(advertised) <= set(listeners)
     assert advertised["PLAINTEXT"] == "kafka:9092" and env["KAFKA_INTER_BROKER_LISTENER_NAME"] == "PLAINTEXT"
+    assert advertised["EXTERNAL"].startswith("127.0.0.1:")
     assert env["KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR"] == "1" and env["KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"] == "1"
     external_port = advertised["EXTERNAL"].rsplit(":", 1)[1]
-    assert f"{external_port}:{listeners['EXTERNAL'].lstrip(':')}" in kafka["ports"]
+    assert f"127.0.0.1:{external_port}:{listeners['EXTERNAL'].lstrip(':')}" in kafka["ports"]
     assert "kafka-broker-api-versions.sh" in " ".join(kafka["healthcheck"]["test"])
 
 
@@ -124,6 +129,7 @@ def test_compose_services_start_in_order() -> None:
     assert services["topics-init"]["depends_on"] == {"kafka": {"condition": "service_healthy"}}
     for name in ("bridge", "demo", "worker"):
         assert services[name]["depends_on"]["topics-init"] == {"condition": "service_completed_successfully"}
+    assert services["bridge"]["depends_on"]["kubeconfig-init"] == {"condition": "service_completed_successfully"}
 
     def reaches(start: str, seen: tuple[str, ...] = ()) -> None:
         assert start not in seen, f"dependency cycle {' -> '.join((*seen, start))}"
@@ -141,7 +147,7 @@ def test_compose_faultline_commands_and_settings_exist() -> None:
     known = {info.env for info in (*kafka_settings.describe(), *bridge_settings.describe())}
     parser = cli()
     services = compose()["services"]
-    for name in FAULTLINE_SERVICES:
+    for name in FAULTLINE_SERVICES - {"kubeconfig-init"}:  # that one copies a file
         command = services[name]["command"]
         assert command[0] == "faultline"
         args = parser.parse_args(command[1:])
@@ -159,11 +165,11 @@ def test_compose_faultline_commands_and_settings_exist() -> None:
 def test_compose_wires_the_bridge_kubeconfig_and_the_worker_web_port() -> None:
     services = compose()["services"]
     bridge = services["bridge"]
-    mount = next(v for v in bridge["volumes"] if v.split(":")[-2] == "/kube/config")
-    assert mount.endswith(":/kube/config:ro") and bridge["environment"]["FAULTLINE_KUBECONFIG"] == "/kube/config"
+    assert bridge["volumes"] == ["kubeconfig:/kube:ro"] and bridge["environment"]["FAULTLINE_KUBECONFIG"] == "/kube/config"
     worker = services["worker"]
     port = worker["environment"]["FAULTLINE_WEB_PORT"]
-    assert f"{port}:{port}" in worker["ports"]
+    assert f"127.0.0.1:{port}:{port}" in worker["ports"]
+    assert worker["environment"]["FAULTLINE_WEB_HOST"] == "0.0.0.0"  # inside its container, for Prometheus
     prometheus = load_yaml(ROOT / "ops" / "prometheus" / "prometheus.yml")
     [job] = prometheus["scrape_configs"]
     assert job["static_configs"][0]["targets"] == [f"worker:{port}"] and job["metrics_path"] == "/metrics"
@@ -264,3 +270,122 @@ def test_grafana_provisioning_matches_the_dashboard_and_the_compose_mounts() -> 
     [provider] = load_yaml(provisioning / "dashboards" / "faultline.yml")["providers"]
     assert dashboard_target.startswith(provider["options"]["path"] + "/")
     assert grafana["environment"]["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"] == dashboard_target
+
+
+def test_grafana_counts_failed_attempts_not_revisions() -> None:
+    """The demo's failed attempts (11: a JobSet generation restarted in place counts on its
+    own) make more verdict records (revisions): the panel shows 11."""
+    dashboard = json.loads((ROOT / "ops" / "grafana" / "faultline-dashboard.json").read_text())
+    [panel] = [p for p in dashboard["panels"] if p["type"] == "stat" and p["title"].startswith("Failed attempts")]
+    assert [t["expr"] for t in panel["targets"]] == ["sum(faultline_failed_attempts)"]
+    view = fed_view()
+    _, samples = promtext.parse(render_metrics(view))
+    attempts = sum(value for (name, _), value in samples.items() if name == "faultline_failed_attempts")
+    from app.model.records import CLASSIFIED_FAILURES
+    from app.replay.pipeline import Pipeline
+    from app.replay.trace import read_lines, replay
+
+    mixed = ROOT / "examples" / "traces" / "mixed.jsonl"
+    verdict_records = sum(e.topic == CLASSIFIED_FAILURES for e in replay(read_lines(mixed), Pipeline()))
+    assert attempts == view.summary().totals.failures == 11 < verdict_records  # revisions count once
+
+
+def test_compose_publishes_every_port_on_loopback_only() -> None:
+    for name, service in compose()["services"].items():
+        for port in service.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} on every interface"
+
+
+def test_compose_every_long_running_service_has_a_healthcheck() -> None:
+    for name, service in compose()["services"].items():
+        if service.get("restart") != "no":
+            assert "healthcheck" in service, f"{name} has no healthcheck"
+            assert service["healthcheck"]["test"][0] in ("CMD", "CMD-SHELL"), name
+
+
+def test_compose_worker_keeps_its_name_and_id_across_recreation() -> None:
+    worker = compose()["services"]["worker"]
+    assert worker["hostname"] == worker["environment"]["FAULTLINE_WORKER_ID"] == "worker-1"
+
+
+def test_compose_hands_the_bridge_a_kubeconfig_its_uid_can_read() -> None:
+    """A usual kubeconfig is 0600 and its owner's: the image's uid 10001 gets its own copy."""
+    services = compose()["services"]
+    uid = re.search(r"--uid (\d+)", (ROOT / "Dockerfile").read_text()).group(1)
+    init = services["kubeconfig-init"]
+    assert init["user"] == "0:0" and init["profiles"] == services["bridge"]["profiles"]
+    command = init["command"]
+    assert command[0] == "install" and command[command.index("-o") + 1] == uid and command[command.index("-g") + 1] == uid
+    assert command[-1] == services["bridge"]["environment"]["FAULTLINE_KUBECONFIG"]
+    assert "user" not in services["bridge"]  # the image's own uid
+
+
+# --- ops/k8s: the workers' identity, scrape, disruption and network ---------------------------
+
+
+def k8s(kind: str, name: str) -> dict[str, Any]:
+    for path in sorted((ROOT / "ops" / "k8s").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and doc["kind"] == kind and doc["metadata"]["name"] == name:
+                return doc
+    raise AssertionError(f"no {kind} {name} in ops/k8s")
+
+
+def _env(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+def test_k8s_workers_are_a_statefulset_with_stable_ids_and_their_own_disks() -> None:
+    workers = k8s("StatefulSet", "faultline-worker")["spec"]
+    [container] = workers["template"]["spec"]["containers"]
+    env = _env(container)
+    assert env["FAULTLINE_WORKER_ID"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["FAULTLINE_STORE"] == "rocksdb"
+    [claim] = workers["volumeClaimTemplates"]
+    mount = next(m for m in container["volumeMounts"] if m["name"] == claim["metadata"]["name"])
+    assert mount["mountPath"] == env["FAULTLINE_DATA_DIR"]
+    assert claim["metadata"]["name"] not in {v["name"] for v in workers["template"]["spec"]["volumes"]}  # not an emptyDir
+    assert env["FAULTLINE_WEB_HOST"] == "0.0.0.0" and workers["replicas"] >= 2
+
+
+def test_k8s_service_and_scrape_annotations_reach_the_workers_metrics() -> None:
+    workers = k8s("StatefulSet", "faultline-worker")["spec"]
+    service = k8s("Service", "faultline-worker")
+    [container] = workers["template"]["spec"]["containers"]
+    port = _env(container)["FAULTLINE_WEB_PORT"]
+    assert workers["serviceName"] == service["metadata"]["name"] and service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"] == workers["selector"]["matchLabels"]
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == [c["name"] for c in container["ports"]]
+    assert [c["containerPort"] for c in container["ports"]] == [int(port)]
+    for annotations in (service["metadata"]["annotations"], workers["template"]["metadata"]["annotations"]):
+        assert annotations == {"prometheus.io/scrape": "true", "prometheus.io/port": port, "prometheus.io/path": "/metrics"}
+
+
+def test_k8s_a_drain_takes_one_worker_at_a_time() -> None:
+    workers = k8s("StatefulSet", "faultline-worker")["spec"]
+    budget = k8s("PodDisruptionBudget", "faultline-worker")["spec"]
+    assert budget["selector"] == workers["selector"] and budget["maxUnavailable"] == 1 < workers["replicas"]
+
+
+def test_k8s_network_policies_admit_only_prometheus_and_faultline() -> None:
+    worker = k8s("NetworkPolicy", "faultline-worker")["spec"]
+    assert worker["podSelector"] == k8s("StatefulSet", "faultline-worker")["spec"]["selector"]
+    assert set(worker["policyTypes"]) == {"Ingress", "Egress"}
+    [ingress] = worker["ingress"]
+    assert [p["port"] for p in ingress["ports"]] == [6066]
+    assert any(s.get("namespaceSelector", {}).get("matchLabels") == {"kubernetes.io/metadata.name": "monitoring"} for s in ingress["from"])
+    assert any(9092 in [p["port"] for p in rule["ports"]] for rule in worker["egress"])
+    broker = k8s("NetworkPolicy", "kafka-clients")
+    assert broker["metadata"]["namespace"] == "kafka" and broker["spec"]["policyTypes"] == ["Ingress"]
+    sources = [s for rule in broker["spec"]["ingress"] for s in rule["from"]]
+    assert {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "faultline"}}} in sources
+
+
+def test_one_image_name_everywhere_and_its_build_command_is_documented() -> None:
+    images = set()
+    for path in sorted((ROOT / "ops" / "k8s").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            pod = (doc or {}).get("spec", {}).get("template", {}).get("spec", {})
+            images |= {c["image"] for c in pod.get("containers", [])}
+    assert images == {IMAGE} == {compose()["services"][name]["image"] for name in FAULTLINE_SERVICES}
+    assert f"docker build -t {IMAGE} ." in (ROOT / "README.md").read_text()

@@ -27,8 +27,8 @@ def _load_local_broker() -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, LOCAL_BROKER_PY)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # before it runs: its dataclasses look their module up
     spec.loader.exec_module(module)
-    sys.modules[name] = module
     return module
 
 
@@ -80,6 +80,17 @@ def _worker_env() -> dict[str, str]:
     FAULTLINE_STORE must not change what a test runs); the tests pass every setting."""
     keep = {"FAULTLINE_KAFKA_BOOTSTRAP", "FAULTLINE_CACHE"}
     return {k: v for k, v in os.environ.items() if not k.startswith("FAULTLINE_") or k in keep}
+
+
+def stop_process(proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `timeout` seconds."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
 
 
 @dataclass
@@ -164,7 +175,7 @@ class StreamStack:
     def _tps(self, consumer: Any, logical: str) -> list[Any]:
         from kafka import TopicPartition
 
-        from app.stream.topics import TOPICS
+        from app.kafka.topics import TOPICS
 
         fixed = {spec.logical: spec.partitions for spec in TOPICS}
         return [TopicPartition(self.topic(logical), p) for p in range(fixed.get(logical) or self.partitions)]

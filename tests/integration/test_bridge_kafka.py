@@ -25,9 +25,11 @@ from app.bridge.settings import BridgeSettings
 from app.bridge.watcher import Bridge
 from app.model.records import CLASSIFIED_FAILURES
 from app.settings import Settings
-from app.stream.topics import create_topics
+from app.kafka.topics import create_topics
 from tests.bridge.apiserver import FakeKube
 from tests.bridge.helpers import Running, apply_story, bump, pod, wait_for
+
+from conftest import stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = "it-a"
@@ -227,12 +229,7 @@ def test_bridge_to_kafka_to_worker_gives_a_verdict_end_to_end(kube, kafka_settin
     finally:
         if running is not None:
             stop_bridge(running, sink, api)
-        worker.send_signal(signal.SIGTERM)
-        try:
-            worker.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait(timeout=10)
+        stop_process(worker)
 
 
 def test_faultline_bridge_command_publishes_and_stops_cleanly_on_sigterm(kube, kafka_settings, tmp_path):

@@ -15,7 +15,7 @@ from kafka import KafkaProducer
 from app.replay.kafka_replay import replay_topic
 from app.rulefile import load_rules
 from app.settings import load
-from app.stream.topics import create_topics
+from app.kafka.topics import create_topics
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE = ROOT / "examples" / "traces" / "mixed.jsonl"

@@ -16,7 +16,7 @@ from trace_gen import generate, write_trace
 
 from app import settings
 from app.model.envelope import SOURCE_TOPICS
-from app.stream.topics import TOPICS
+from app.kafka.topics import TOPICS
 
 # --- settings: one typed place, flag > env > default, errors that say what to fix ----------
 
@@ -74,10 +74,14 @@ def test_topics_create_is_idempotent_and_shapes_every_topic(stream_stack) -> Non
     assert len(lines) == len(TOPICS) and all(line.startswith("exists") for line in lines)
     admin = KafkaAdminClient(bootstrap_servers=stream_stack.bootstrap)
     try:
-        names = [stream_stack.topic(spec.logical) for spec in TOPICS]
+        shape = settings.Settings(topic_prefix=stream_stack.prefix, partitions=stream_stack.partitions)
+        names = [spec.name(shape) for spec in TOPICS]
         described = {t["name"]: len(t["partitions"]) for t in admin.describe_topics(names)}
-        assert described == {stream_stack.topic(s.logical): s.partitions or stream_stack.partitions for s in TOPICS}
+        assert described == {s.name(shape): s.partitions or stream_stack.partitions for s in TOPICS}
         assert described[stream_stack.topic("faultline.fleet-inputs")] == 1  # the fleet fold is fleet-wide
+        # the workers' changelogs too, so a starting worker never races Faust's creation of them
+        assert described[f"{stream_stack.app_id}-fleet-changelog"] == 1
+        assert described[f"{stream_stack.app_id}-pods-changelog"] == stream_stack.partitions
         compacted = stream_stack.topic("faultline.classified-failures")
         configs = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, compacted)], config_filter="all")
         policy = configs["topic"][compacted]["cleanup.policy"]
@@ -135,4 +139,5 @@ def test_publish_keeps_keys_and_per_key_order_and_skips_unreadable_lines(stream_
 def test_docs_list_every_setting() -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "streaming.md").read_text()
     for info in settings.describe():
-        assert f"`{info.env}`" in doc and f"`{info.flag}`" in doc, f"docs/streaming.md does not list {info.name}"
+        flag = info.name in settings.SECRETS or f"`{info.flag}`" in doc  # a secret has no flag
+        assert f"`{info.env}`" in doc and flag, f"docs/streaming.md does not list {info.name}"

@@ -73,7 +73,7 @@ def test_r11_1_bad_records_are_dead_lettered_with_their_position_and_valid_verdi
         assert letter["reason"], position
 
     # `faultline tail` shows the same records, as JSON Lines.
-    res = stream_stack.faultline("tail", DEAD_LETTER, "--from-beginning", "--max", str(len(bad)), "--timeout", "20",
+    res = stream_stack.faultline("tail", DEAD_LETTER, "--from-beginning", "--max", str(len(bad)), "--idle-timeout", "20",
                                  "--bootstrap", stream_stack.bootstrap, "--topic-prefix", stream_stack.prefix)
     tailed = [json.loads(line) for line in res.stdout.splitlines()]
     assert len(tailed) == len(bad)

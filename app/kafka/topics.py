@@ -22,11 +22,20 @@ from app.model.envelope import SOURCE_TOPICS
 from app.model.facts import ATTEMPT_FACTS, FLEET_INPUTS, GANG_INPUTS
 from app.model.fleet_records import DERIVED_TOPICS, GANG_QUEUES, QUARANTINE_CANDIDATES
 from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, FAULTS, GANG_TRANSITIONS
+from app.core.topology import STAGES
+from app.kafka import clients
+from app.kafka.config import KafkaUnreachable
 from app.settings import Settings
 
 
-Role = Literal["source", "output", "internal"]
+Role = Literal["source", "output", "internal", "changelog"]
 CURRENT_ONLY = (QUARANTINE_CANDIDATES, GANG_QUEUES)
+
+# The worker's tables: one per stage that keeps state (app/core/topology.py), with the
+# `partitions` setting. Their changelog topics are created with the others: Faust would
+# create them itself at start-up, and a worker that looked before its own creation
+# reached the metadata stopped ("changelog topic has 0 partitions").
+TABLES: tuple[str, ...] = tuple(stage.name for stage in STAGES if stage.state is not None)
 
 
 class TopicSpec(msgspec.Struct, frozen=True):
@@ -41,6 +50,13 @@ class TopicSpec(msgspec.Struct, frozen=True):
 
     def partition_count(self, settings: Settings) -> int:
         return self.partitions or settings.partitions
+
+    def name(self, settings: Settings) -> str:
+        """The Kafka name: the prefix and the logical name; a changelog is Faust's
+        `<app id>-<table>-changelog`."""
+        if self.role == "changelog":
+            return f"{settings.app_id}-{self.logical}"
+        return settings.topic(self.logical)
 
 
 TOPICS: tuple[TopicSpec, ...] = (
@@ -57,6 +73,7 @@ TOPICS: tuple[TopicSpec, ...] = (
     *(TopicSpec(name, "output", {"cleanup.policy": "compact,delete"}) for name in DERIVED_TOPICS if name not in CURRENT_ONLY),
     # A candidate or a queue now: its latest record is current however old it is.
     *(TopicSpec(name, "output", {"cleanup.policy": "compact"}) for name in CURRENT_ONLY),
+    *(TopicSpec(f"{table}-changelog", "changelog", {"cleanup.policy": "compact"}) for table in TABLES),
 )
 
 
@@ -67,13 +84,14 @@ class TopicError(RuntimeError):
 @contextmanager
 def admin_client(settings: Settings) -> Iterator[KafkaAdminClient]:
     try:
-        admin = KafkaAdminClient(
-            bootstrap_servers=settings.bootstrap.split(","), client_id="faultline-admin", request_timeout_ms=30_000
-        )
+        admin = clients.admin(settings, client_id="faultline-admin", request_timeout_ms=30_000)
+    except KafkaUnreachable as exc:
+        raise TopicError(str(exc)) from None
     except KafkaError as exc:
         raise TopicError(
             f"cannot reach Kafka at {settings.bootstrap} ({exc}): start a broker (python ops/kafka/local_broker.py start) "
-            "or point --bootstrap / FAULTLINE_BOOTSTRAP at one"
+            "or point --bootstrap / FAULTLINE_BOOTSTRAP at one; with TLS or SASL check --security-protocol and the "
+            "FAULTLINE_SASL_* / FAULTLINE_SSL_* settings"
         ) from None
     try:
         yield admin
@@ -109,7 +127,7 @@ def create_topics(settings: Settings) -> list[str]:
     lines: list[str] = []
     problems: list[str] = []
     with admin_client(settings) as admin:
-        names = {spec.logical: settings.topic(spec.logical) for spec in TOPICS}
+        names = {spec.logical: spec.name(settings) for spec in TOPICS}
         counts = _partition_counts(admin, list(names.values()))
         missing = [spec for spec in TOPICS if names[spec.logical] not in counts]
         if missing:
@@ -176,10 +194,10 @@ def check_topics(settings: Settings) -> None:
     """Before a worker starts: every topic exists and the co-partitioned ones have
     `partitions` partitions (else Kafka would auto-create them with the broker default)."""
     with admin_client(settings) as admin:
-        counts = _partition_counts(admin, [settings.topic(s.logical) for s in TOPICS])
+        counts = _partition_counts(admin, [s.name(settings) for s in TOPICS])
     problems = []
     for spec in TOPICS:
-        name = settings.topic(spec.logical)
+        name = spec.name(settings)
         if name not in counts:
             problems.append(f"topic {name} does not exist")
         elif spec.co_partitioned and counts[name] != settings.partitions:

@@ -1,0 +1,139 @@
+"""What every command shares: exits, options, settings from flags, the extras it needs."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO
+
+from app import settings as settings_mod
+from app.cli.settings_flags import add_settings_flags, settings_flags
+from app.core.emit import Emit
+from app.core.rules import FleetSettings
+from app.core.rules import Rules
+from app.rulefile import RuleFileError, load_rules
+from app.settings import Settings, SettingsError
+
+# Settings groups, each declared once in app/settings.py.
+CONNECT = ["bootstrap", "topic_prefix"]
+SECURITY = [
+    "security_protocol",
+    "sasl_mechanism",
+    "sasl_username",
+    "ssl_cafile",
+    "ssl_certfile",
+    "ssl_keyfile",
+    "ssl_check_hostname",
+]
+KAFKA = [*CONNECT, *SECURITY]
+FLEET = ["quarantine_threshold", "quarantine_window", "fleet_history_hours"]
+
+
+class CommandError(Exception):
+    """A command cannot go on: `main` prints `faultline: <message>` and exits with `code`
+    (2 for a bad argument, setting or install, 1 for a failure)."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def need(command: str, extra: str, *modules: str) -> None:
+    """Exit 2 naming the extra to install when a module `command` needs is missing."""
+    missing = []
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            missing.append(module)
+    if missing:
+        raise CommandError(
+            f"`faultline {command}` needs {', '.join(missing)}, which this install lacks: pip install 'faultline[{extra}]' "
+            "(from a checkout: pip install -e '.[all]', every command)",
+            2,
+        )
+
+
+def fail(message: str, code: int = 1) -> int:
+    print(f"faultline: {message}", file=sys.stderr)
+    return code
+
+
+def settings_parent(names: Sequence[str], title: str = "settings") -> argparse.ArgumentParser:
+    return settings_flags(settings_mod.describe(), list(names), title)
+
+
+def load_settings(args: argparse.Namespace, names: Sequence[str]) -> Settings:
+    """The settings `names` from their flags, else the environment, else the defaults."""
+    try:
+        return settings_mod.load({name: getattr(args, name, None) for name in names})
+    except SettingsError as exc:
+        raise CommandError(str(exc), 2) from None
+
+
+def add_rules_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rules", type=Path, default=None, metavar="FILE", help="rule file (.toml or .json); default: the built-in rules")
+
+
+def add_fleet_options(parser: argparse.ArgumentParser) -> None:
+    """--rules and the fleet settings (the worker's, declared in app/settings.py)."""
+    add_rules_option(parser)
+    group = parser.add_argument_group("fleet settings (flag > environment variable > default)")
+    add_settings_flags(group, settings_mod.describe(), FLEET)
+
+
+def fleet_settings(args: argparse.Namespace) -> FleetSettings:
+    return load_settings(args, FLEET).fleet()
+
+
+def rules_from(path: Path | None, where: str = "") -> Rules:
+    try:
+        return load_rules(path)
+    except RuleFileError as exc:
+        raise CommandError(f"{exc}{where}", 2) from None
+
+
+def rules_from_args(args: argparse.Namespace) -> Rules:
+    return rules_from(args.rules)
+
+
+def require_trace(path: Path) -> None:
+    if path.is_dir():
+        raise CommandError(f"{path} is a directory: give the path of a .jsonl trace file in it (e.g. {path / 'trace.jsonl'})", 2)
+    if not path.is_file():
+        raise CommandError(f"trace file {path} does not exist: give the path of a .jsonl trace (examples/traces/ has some)", 2)
+
+
+def open_out(path: Path) -> IO[bytes]:
+    """`path` for writing, or stdout for '-'."""
+    if str(path) == "-":
+        return sys.stdout.buffer
+    try:
+        return path.open("wb")
+    except OSError as exc:
+        raise CommandError(f"cannot write {path}: {exc.strerror}") from None
+
+
+def close_out(out: IO[bytes] | None) -> None:
+    if out is not None and out is not sys.stdout.buffer:
+        out.close()
+
+
+def report_dead_letter(emit: Emit) -> None:
+    letter = emit.value
+    print(f"faultline: line {letter.offset}: skipped ({letter.reason})", file=sys.stderr)
+
+
+def finish_run(counts: Mapping[str, int]) -> int:
+    """Non-zero only when nothing at all could be read (R11.1: bad lines are skipped);
+    `counts` are a Pipeline's."""
+    records, bad = counts["records"], counts["dead_letters"]
+    if bad:
+        print(f"faultline: {bad} of {records} records could not be read and were skipped", file=sys.stderr)
+    if records == bad:
+        print("faultline: no record could be read", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,194 @@
+"""How the command line shows records to people: verdicts, faults, gang transitions, fleet
+tables and replay diffs. Every command prints through here, so a thing is shown one way.
+
+Columns are aligned; `Columns` also aligns rows printed one at a time (`faultline run`):
+its widths start at sensible minimums and only grow.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+
+from app.core.fleet_fold import fault_label
+from app.core.fleet_summary import FleetSummary, SourceRow
+from app.model.records import ClassifiedFailure, GangTransition, GpuFault
+from app.replay.diff import Diff
+
+REASON_WIDTH = 100
+
+
+class Columns:
+    """Left-aligned columns two spaces apart; `numeric` ones right-aligned."""
+
+    def __init__(self, header: Sequence[str], minimum: Sequence[int] | None = None, numeric: Sequence[bool] | None = None) -> None:
+        self.header = tuple(header)
+        self.widths = [max(len(h), m) for h, m in zip(self.header, minimum or [0] * len(self.header))]
+        self.numeric = list(numeric or [False] * len(self.header))
+
+    def fit(self, rows: Iterable[Sequence[str]]) -> None:
+        for row in rows:
+            self.widths = [max(w, len(c)) for w, c in zip(self.widths, row)]
+
+    def line(self, cells: Sequence[str]) -> str:
+        self.fit([cells])
+        return "  ".join(c.rjust(w) if num else c.ljust(w) for c, w, num in zip(cells, self.widths, self.numeric)).rstrip()
+
+    def head(self) -> str:
+        return self.line(self.header)
+
+
+def table(header: tuple[str, ...], rows: Iterable[tuple[object, ...]]) -> list[str]:
+    """A whole table: numbers right-aligned, empty cells as '-'."""
+    cells = [tuple("-" if c is None or c == "" else str(c) for c in row) for row in rows]
+    numeric = [bool(cells) and all(row[i].isdigit() or row[i] == "-" for row in cells) for i in range(len(header))]
+    columns = Columns(header, numeric=numeric)
+    columns.fit(cells)
+    return [columns.head(), *(columns.line(row) for row in cells)]
+
+
+def _when(at: datetime | None) -> str:
+    return at.strftime("%Y-%m-%d %H:%M UTC") if at is not None else "-"
+
+
+def _window(seconds: int) -> str:
+    for unit, size in (("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def reasons(lines: Iterable[str], indent: int = 4) -> list[str]:
+    pad = " " * indent
+    out: list[str] = []
+    for line in lines:
+        out += textwrap.wrap(line, REASON_WIDTH, initial_indent=pad, subsequent_indent=pad + "  ", break_on_hyphens=False) or [pad]
+    return out
+
+
+# --- faults and verdicts ----------------------------------------------------------------------
+
+
+def fault_text(fault: GpuFault | None) -> str:
+    """`Xid 74 CRITICAL gpu-17/gpu0`, or '-'."""
+    if fault is None:
+        return "-"
+    gpu = f"/gpu{fault.gpu_index}" if fault.gpu_index is not None else ""
+    return f"{fault_label(fault.kind, fault.code)} {fault.severity} {fault.node or '?'}{gpu}"
+
+
+VERDICT_HEADER = ("ATTEMPT", "CODE", "KIND", "GPU FAULT", "POD", "")
+# Wide enough for the usual attempt keys and codes, so rows printed as they come line up.
+VERDICT_MINIMUM = (40, 20, 6, 28, 20, 0)
+
+
+def _verdict_cells(v: ClassifiedFailure) -> tuple[str, ...]:
+    state = "" if v.terminal else f"restarted in place (generation {v.generation})"
+    return (v.key, v.code, v.kind, fault_text(v.gpu_fault), v.faulted_pod.name if v.faulted_pod else "-", state)
+
+
+def verdict_lines(v: ClassifiedFailure, columns: Columns) -> list[str]:
+    """One aligned row, then the verdict's reasons indented beneath it."""
+    return [columns.line(_verdict_cells(v)), *reasons(v.reasons)]
+
+
+def verdict_table(verdicts: list[ClassifiedFailure]) -> list[str]:
+    columns = Columns(VERDICT_HEADER)
+    columns.fit(_verdict_cells(v) for v in verdicts)
+    lines = [columns.head()]
+    for v in verdicts:
+        lines += verdict_lines(v, columns)
+    return lines
+
+
+TRANSITION_HEADER = ("JOBSET", "TRANSITION", "CODE", "RETRY", "WAITED", "REASON")
+TRANSITION_MINIMUM = (40, 32, 12, 6, 6, 0)
+
+
+def _transition_cells(t: GangTransition) -> tuple[str, ...]:
+    waited = f"{t.waited_seconds:g}s" if t.waited_seconds is not None else "-"
+    return (t.key, f"{t.from_} -> {t.to}", t.code or "-", t.retry or "-", waited, t.reason)
+
+
+def transition_line(t: GangTransition, columns: Columns) -> str:
+    return columns.line(_transition_cells(t))
+
+
+def transition_table(transitions: list[GangTransition]) -> list[str]:
+    columns = Columns(TRANSITION_HEADER)
+    columns.fit(_transition_cells(t) for t in transitions)
+    return [columns.head(), *(transition_line(t, columns) for t in transitions)]
+
+
+# --- fleet health -----------------------------------------------------------------------------
+
+
+def _source_rows(rows: list[SourceRow], gpu: bool) -> list[tuple[object, ...]]:
+    return [
+        (r.node + (" *" if r.candidate else ""), *((r.gpu,) if gpu else ()), r.faults, r.critical, r.user, r.warn, r.occurrences, r.top,
+         *(() if gpu else (r.gpus,)), _when(r.last_fault_at))
+        for r in rows
+    ]  # fmt: skip
+
+
+def fleet_lines(summary: FleetSummary) -> list[str]:
+    """The fleet-health summary as terminal tables."""
+    t = summary.totals
+    lines = [
+        f"FLEET HEALTH  stream time {_when(summary.stream_time)}  (history {summary.history_hours}h; "
+        f"quarantine: >= {summary.threshold} critical faults in {_window(summary.window_seconds)})",
+        f"faults {t.faults} (critical {t.severity.critical}, user {t.severity.user}, warn {t.severity.warn}; {t.occurrences} occurrences) "
+        f"on {t.nodes} node(s), {t.gpus} GPU(s); failures {t.failures} (system {t.system_failures}, user {t.user_failures}; "
+        f"{t.gpu_failures} with a GPU fault); dead letters {t.dead_letters}",
+    ]
+    lines += ["", "QUARANTINE CANDIDATES"]
+    if summary.quarantine:
+        lines += table(
+            ("SCOPE", "NODE", "GPU", "FAULTS", "SINCE", "CODES"),
+            ((c.scope, c.node, c.gpu, c.faults, _when(c.since), ", ".join(c.codes)) for c in summary.quarantine),
+        )
+    else:
+        lines.append("none")
+    lines += ["", "TOP NODES (* quarantine candidate)"]
+    lines += table(("NODE", "FAULTS", "CRITICAL", "USER", "WARN", "OCCURRENCES", "TOP", "GPUS", "LAST FAULT"), _source_rows(summary.nodes, False)) if summary.nodes else ["none"]
+    lines += ["", "TOP GPUS"]
+    lines += table(("NODE", "GPU", "FAULTS", "CRITICAL", "USER", "WARN", "OCCURRENCES", "TOP", "LAST FAULT"), _source_rows(summary.gpus, True)) if summary.gpus else ["none"]
+    lines += ["", "FAILURES BY CODE AND KIND"]
+    lines += table(
+        ("CLUSTER", "NAMESPACE", "CODE", "KIND", "FAILURES", "WITH GPU FAULT"),
+        ((r.cluster, r.namespace, r.code, r.kind, r.failures, r.gpu_faults) for r in summary.failures),
+    ) if summary.failures else ["none"]  # fmt: skip
+    if summary.queues:
+        lines += ["", "GANG PREEMPTIONS (queue = namespace until transitions carry the queue name)"]
+        lines += table(
+            ("CLUSTER", "QUEUE", "PREEMPTIONS", "EVICTIONS", "READMITTED", "WAITING", "AVG WAIT", "MAX WAIT"),
+            (
+                (q.cluster, q.queue, q.preemptions, q.evictions, q.readmissions, q.waiting,
+                 f"{q.wait_seconds_avg:.0f}s" if q.wait_seconds_avg is not None else "-",
+                 f"{q.wait_seconds_max:.0f}s" if q.wait_seconds_max is not None else "-")
+                for q in summary.queues
+            ),
+        )  # fmt: skip
+    return lines
+
+
+# --- replay diffs -----------------------------------------------------------------------------
+
+
+def diff_lines(result: Diff) -> list[str]:
+    lines = [
+        f"base rules: {', '.join(result.base_rules) or '-'}    candidate rules: {', '.join(result.candidate_rules) or '-'}",
+        f"{len(result.changes)} of {result.attempts_compared} attempts changed",
+    ]
+    if result.transitions:
+        lines.append("")
+        lines += table(("VERDICT CHANGE", "COUNT"), result.transitions.items())
+    for change in result.changes:
+        lines.append("")
+        lines.append(change.key)
+        for side, v in (("base", change.base), ("candidate", change.candidate)):
+            text = "(no verdict)" if v is None else f"{v.code} {v.kind}  {v.fault or 'no GPU fault'}" + (f"  pod {v.faulted_pod}" if v.faulted_pod else "")
+            lines.append(f"  {side:<9}  {text}")
+        lines.append(f"  because    {change.because}")
+    return lines
