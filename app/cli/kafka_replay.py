@@ -14,7 +14,8 @@ from app.cli.common import KAFKA, CommandError, close_out, finish_run, load_sett
 from app.core.rules import Rules
 from app.kafka import clients
 from app.kafka.topics import TopicError
-from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, OUTPUT_TOPICS, ClassifiedFailure
+from app.core.topology import OUTPUT_TOPICS
+from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, ClassifiedFailure
 from app.replay.diff import final_verdicts
 from app.replay.kafka_history import HistoryError, KafkaHistory
 from app.replay.kafka_replay import Progress, TopicSink, replay_history
@@ -26,7 +27,7 @@ def run_replay_from_kafka(args: argparse.Namespace, rules: Rules) -> int:
     settings = load_settings(args, KAFKA)
     pipeline = Pipeline(rules)
     try:
-        sink = TopicSink(settings, rules, OUTPUT_TOPICS) if args.to_topics else None
+        sink = TopicSink(settings, rules, OUTPUT_TOPICS) if args.to_topics else None  # the derived topics too
     except (TopicError, KafkaError) as exc:
         raise CommandError(str(exc)) from None
     out = None if sink else open_out(args.out)

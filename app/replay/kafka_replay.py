@@ -17,7 +17,7 @@ from app.core.rules import Rules
 from app.replay.kafka_history import HistoryError, KafkaHistory
 from app.replay.pipeline import Pipeline
 from app.kafka import clients
-from app.kafka.topics import admin_client
+from app.kafka.topics import TOPICS, admin_client
 from app.settings import Settings
 
 
@@ -68,9 +68,10 @@ class TopicSink:
     def _create(self) -> None:
         with admin_client(self.settings) as admin:
             existing = set(admin.list_topics())
+            configs = {spec.logical: spec.config for spec in TOPICS}  # shaped like the live ones
             new = [
-                NewTopic(name, self.settings.partitions, self.settings.replication, topic_configs={"cleanup.policy": "compact"} if "classified-failures" in name else {})
-                for name in self.names.values()
+                NewTopic(name, self.settings.partitions, self.settings.replication, topic_configs=dict(configs.get(logical, {})))
+                for logical, name in self.names.items()
                 if name not in existing
             ]
             if new:

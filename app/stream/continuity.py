@@ -19,12 +19,18 @@ from mode import Service
 
 from app.kafka import clients
 from app.settings import Settings
+from app.stream.faust_fixes import rewind
 
 log = logging.getLogger("faultline.stream")
 
 
 class DroppedRecords(RuntimeError):
-    """Faust skipped records of a partition; the worker must stop and re-read them."""
+    """Faust kept skipping records of a partition; the worker stops, a restart re-reads them."""
+
+
+# Rewinds of one partition in a row that found the hole again before the worker gives up
+# and stops (the restart re-reads from the committed offset).
+MAX_REWINDS = 3
 
 
 class CommittedOffsets(Service):
@@ -56,20 +62,34 @@ class Continuity:
     Faust (0.15) can drop records it had already fetched and rely on a seek back to the
     committed offset to deliver them again (see `faust_fixes`, which closes the case seen
     here). Processing a later record first would record its position, and the dropped
-    one, redelivered after a restart, would be skipped as already applied. So a hole
-    stops the worker (the agents run under `CrashingSupervisor`); the restart re-reads
-    from the last committed offset, which is never past an unprocessed record.
+    one, redelivered later, would be skipped as already applied. So a hole makes the agent
+    skip what is past it and fetch the partition again from the first missing offset
+    (`faust_fixes.rewind`); should the hole come back `MAX_REWINDS` times in a row, it stops
+    the worker (the agents run under `CrashingSupervisor`), whose restart re-reads from the
+    last committed offset, never past an unprocessed record.
     """
 
     def __init__(self, app: faust.App, agent: str, committed: CommittedOffsets) -> None:
         self.app, self.agent, self.committed = app, agent, committed
         self.next: dict[Any, int] = {}
+        self.rewinding: dict[Any, int] = {}  # partition -> the offset a rewind waits for
+        self.skipped: dict[Any, int] = {}  # partition -> the last offset skipped while rewinding
+        self.rewinds: dict[Any, int] = {}  # partition -> rewinds in a row
         self.generation: int | None = None
 
-    async def check(self, message: faust.types.Message) -> None:
+    async def check(self, message: faust.types.Message) -> bool:
+        """True: fold it. False: skip it — past a hole, it comes again after the rewind."""
         if self.app.consumer_generation_id != self.generation:  # a rebalance: start over
-            self.generation, self.next = self.app.consumer_generation_id, {}
+            self.generation, self.next, self.rewinding, self.skipped, self.rewinds = self.app.consumer_generation_id, {}, {}, {}, {}
         tp = message.tp
+        waiting = self.rewinding.get(tp)
+        if waiting is not None:
+            last = self.skipped.get(tp)
+            if message.offset > waiting and (last is None or message.offset > last):
+                self.skipped[tp] = message.offset
+                return False  # fetched before the rewind took effect
+            del self.rewinding[tp]  # the rewind took effect: from `waiting`, or past it again
+            self.skipped.pop(tp, None)
         expected = self.next.get(tp)
         if expected is None:  # the first record of this partition since (re)assignment
             committed = await self.committed.get(tp)
@@ -77,10 +97,23 @@ class Continuity:
             # Records the broker deleted (retention) while nothing read them are no hole.
             expected = earliest if committed is None else max(committed, earliest)
         if message.offset > expected:
-            log.error(
-                "%s: records %s[%d] %d..%d were dropped before processing (a Faust fetch race); "
-                "stopping so that a restart re-reads them from the committed offset",
+            rewinds = self.rewinds.get(tp, 0) + 1
+            if rewinds > MAX_REWINDS:
+                log.error(
+                    "%s: records %s[%d] %d..%d were dropped before processing again after %d rewinds; "
+                    "stopping so that a restart re-reads them from the committed offset",
+                    self.agent, tp.topic, tp.partition, expected, message.offset - 1, MAX_REWINDS,
+                )
+                raise DroppedRecords(f"{tp.topic}[{tp.partition}]: offsets {expected}..{message.offset - 1} never reached {self.agent}")
+            log.warning(
+                "%s: records %s[%d] %d..%d were dropped before processing (a Faust fetch race); fetching them again",
                 self.agent, tp.topic, tp.partition, expected, message.offset - 1,
             )
-            raise DroppedRecords(f"{tp.topic}[{tp.partition}]: offsets {expected}..{message.offset - 1} never reached {self.agent}")
+            self.rewinds[tp] = rewinds
+            self.rewinding[tp] = expected
+            self.next[tp] = expected
+            await rewind(self.app, tp, expected)
+            return False
+        self.rewinds.pop(tp, None)
         self.next[tp] = max(expected, message.offset + 1)
+        return True

@@ -167,7 +167,9 @@ class Delivery:
             try:
                 async for event in batch.stream.events():
                     async with batch.lock:
-                        await continuity.check(event.message)
+                        if not await continuity.check(event.message):
+                            forget_unacked(self.app, [event])  # comes again: the rewind fetches it
+                            continue
                         self.records[self.logical.get(event.message.topic, event.message.topic)] += 1
                         await handle(event.message, batch)
                         batch.add(event)

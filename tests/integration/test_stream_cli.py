@@ -78,9 +78,10 @@ def test_topics_create_is_idempotent_and_shapes_every_topic(stream_stack) -> Non
         names = [spec.name(shape) for spec in TOPICS]
         described = {t["name"]: len(t["partitions"]) for t in admin.describe_topics(names)}
         assert described == {s.name(shape): s.partitions or stream_stack.partitions for s in TOPICS}
-        assert described[stream_stack.topic("faultline.fleet-inputs")] == 1  # the fleet fold is fleet-wide
+        # the fleet fold is keyed like the others: it spreads over every partition
+        assert described[stream_stack.topic("faultline.fleet-inputs")] == stream_stack.partitions
         # the workers' changelogs too, so a starting worker never races Faust's creation of them
-        assert described[f"{stream_stack.app_id}-fleet-changelog"] == 1
+        assert described[f"{stream_stack.app_id}-fleet-changelog"] == stream_stack.partitions
         assert described[f"{stream_stack.app_id}-pods-changelog"] == stream_stack.partitions
         compacted = stream_stack.topic("faultline.classified-failures")
         configs = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, compacted)], config_filter="all")

@@ -20,6 +20,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # the builders live in tests/unit
     sys.path.insert(0, str(ROOT))
@@ -299,6 +301,15 @@ EXTRA_KINDS: dict[str, Scenario] = {
 }
 ATTEMPT_KINDS: dict[str, Scenario] = {**STORY_KINDS, **EXTRA_KINDS}
 OTHER_KINDS: dict[str, Scenario] = {"unlabelled-pod": unlabelled_pod, "malformed": malformed}
+
+
+def send(producer: Any, topic: str, line: dict, partitions: int) -> list[Any]:
+    """Publish one trace line as the bridge would: a progress record (R12.1) to every
+    partition of its topic, so each worker's watermark hears it; any other by its key."""
+    value = orjson.dumps(line["value"]) if line["value"] is not None else None
+    if isinstance(line["value"], dict) and line["value"].get("type") == "BOOKMARK":
+        return [producer.send(topic, key=line["key"].encode(), value=value, partition=p) for p in range(partitions)]
+    return [producer.send(topic, key=line["key"].encode(), value=value)]
 
 
 def generate(attempts: int = 520, seed: int = 7, others: int | None = None, malformed: bool = True, progress: bool = True) -> Records:

@@ -11,9 +11,14 @@ import pytest
 class _FakeConsumer:
     def __init__(self, earliest: int) -> None:
         self.earliest = earliest
+        self.seeks: list[int] = []
+        self._gap: dict = {}
 
     async def earliest_offsets(self, tp):
         return {tp: self.earliest}
+
+    async def seek(self, tp, offset):
+        self.seeks.append(offset)
 
 
 class _FakeApp:
@@ -41,33 +46,43 @@ def _message(offset: int):
     return m
 
 
-@pytest.mark.parametrize(
-    ("committed", "earliest", "offsets", "hole"),
-    [
-        (None, 0, [0, 1, 2, 3], False),
-        (None, 0, [0, 1, 5], True),  # 2..4 never came
-        (None, 0, [3], True),  # nothing committed: must start at the beginning
-        (7, 0, [7, 8, 6, 7, 8, 9], False),  # a seek back redelivers: allowed
-        (7, 0, [9], True),
-        (3, 10, [10, 11], False),  # retention deleted 3..9 while nobody read them
-    ],
-)
-def test_r7_3_an_agent_stops_the_worker_rather_than_skip_an_offset(committed, earliest, offsets, hole) -> None:
+def _run(continuity, offsets: list[int]) -> list[int]:
+    """The offsets the agent folds."""
     import asyncio
 
-    from app.stream.continuity import Continuity, DroppedRecords
+    async def run() -> list[int]:
+        return [offset for offset in offsets if await continuity.check(_message(offset))]
 
-    continuity = Continuity(_FakeApp(earliest), "pod_stage", _FakeCommitted(committed))
+    return asyncio.run(run())
 
-    async def run() -> None:
-        for offset in offsets:
-            await continuity.check(_message(offset))
 
-    if hole:
-        with pytest.raises(DroppedRecords):
-            asyncio.run(run())
-    else:
-        asyncio.run(run())
+@pytest.mark.parametrize(
+    ("committed", "earliest", "offsets", "folded", "seeks"),
+    [
+        (None, 0, [0, 1, 2, 3], [0, 1, 2, 3], []),
+        (None, 0, [0, 1, 5, 6, 2, 3, 4, 5, 6], [0, 1, 2, 3, 4, 5, 6], [2]),  # 2..4 came only after the rewind
+        (None, 0, [3, 4, 0, 1], [0, 1], [0]),  # nothing committed: from the beginning
+        (7, 0, [7, 8, 6, 7, 8, 9], [7, 8, 6, 7, 8, 9], []),  # a seek back redelivers: allowed
+        (7, 0, [9, 7], [7], [7]),
+        (3, 10, [10, 11], [10, 11], []),  # retention deleted 3..9 while nobody read them
+    ],
+)
+def test_r7_3_an_agent_never_skips_an_offset_it_fetches_the_partition_again(committed, earliest, offsets, folded, seeks) -> None:
+    from app.stream.continuity import Continuity
+
+    app = _FakeApp(earliest)
+    continuity = Continuity(app, "pods_stage", _FakeCommitted(committed))
+    assert _run(continuity, offsets) == folded
+    assert app.consumer.seeks == seeks
+
+
+def test_r7_3_a_hole_that_keeps_coming_back_stops_the_worker() -> None:
+    from app.stream.continuity import MAX_REWINDS, Continuity, DroppedRecords
+
+    continuity = Continuity(_FakeApp(), "pods_stage", _FakeCommitted(None))
+    # Each rewind to 0 brings 3, 4, … again: 0..2 are dropped every time.
+    with pytest.raises(DroppedRecords, match=r"offsets 0..2 never reached pods_stage"):
+        _run(continuity, [3, 4] * (MAX_REWINDS + 1))
 
 
 def test_r7_3_a_rebalance_starts_the_offset_check_over() -> None:
@@ -79,9 +94,9 @@ def test_r7_3_a_rebalance_starts_the_offset_check_over() -> None:
     continuity = Continuity(app, "pod_stage", _FakeCommitted(None))
 
     async def run() -> None:
-        await continuity.check(_message(0))
+        assert await continuity.check(_message(0))
         app.consumer_generation_id = 2  # the partition went elsewhere and came back
         continuity.committed = _FakeCommitted(40)
-        await continuity.check(_message(40))
+        assert await continuity.check(_message(40))
 
     asyncio.run(run())
