@@ -142,6 +142,15 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             "(one fetch per broker is in flight, so it delays every partition; Faust's 1500 ms applies during rebalances)",
         ),
     ] = 100
+    produce_linger_ms: Annotated[
+        int,
+        msgspec.Meta(
+            ge=0,
+            le=1_000,
+            description="how long the producer waits to fill a request with more records (Kafka's linger.ms): "
+            "fewer, larger produce requests for at most this much more latency per stage",
+        ),
+    ] = 5
     fetch_partition_bytes: Annotated[
         int,
         msgspec.Meta(

@@ -19,7 +19,6 @@ import asyncio
 import os
 import shlex
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,14 +27,15 @@ import uuid
 from pathlib import Path
 
 import orjson
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka.errors import KafkaError
 from kafka.structs import TopicPartition as SyncTopicPartition
 
-from app.model.envelope import SOURCE_TOPICS
-from app.model.facts import ATTEMPT_FACTS, GANG_INPUTS
-from app.settings import load
+from app.core.topology import STAGE_OF
 from app.kafka.topics import create_topics
+from app.model.envelope import SOURCE_TOPICS
+from app.settings import load
 from bench.broker import kafka
 from bench.tracegen import generate
 
@@ -74,7 +74,14 @@ def _stop(worker: subprocess.Popen) -> None:
 
 def _lag(admin: KafkaAdminClient, group: str, topics: list[str]) -> int:
     """Records of `topics` the group has not committed yet."""
-    committed = admin.list_group_offsets(group).get(group, {})
+    for _ in range(100):
+        try:
+            committed = admin.list_group_offsets(group).get(group, {})
+            break
+        except KafkaError as error:  # a new broker still electing the group's coordinator
+            if not error.retriable:
+                raise
+            time.sleep(0.2)
     tps = [SyncTopicPartition(t, p) for t in topics for p in range(PARTITIONS)]
     ends = _ENDS.end_offsets(tps)
     return sum(ends[tp] - (committed[tp].offset if tp in committed else 0) for tp in tps)
@@ -96,7 +103,7 @@ def throughput_worker(bootstrap: str, records: list, tmp: Path) -> float:
     create_topics(settings)
     n = _produce(bootstrap, prefix, records)
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    topics = [prefix + t for t in (*SOURCE_TOPICS, ATTEMPT_FACTS, GANG_INPUTS)]
+    topics = [prefix + t for t in STAGE_OF]  # every stage's inputs: the sources and the re-keyed topics
     log = tmp / "worker.log"
     worker = _start_worker(bootstrap, prefix, tmp / "worker", log)
     try:

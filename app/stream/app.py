@@ -44,6 +44,7 @@ def build_app(settings: Settings, rules: Rules = DEFAULT_RULES) -> tuple[faust.A
         consumer_max_fetch_size=settings.fetch_partition_bytes,
         processing_guarantee="at_least_once",
         producer_acks=-1,  # all in-sync replicas
+        producer_linger=settings.produce_linger_ms / 1000,
         consumer_group_instance_id=settings.worker_id or None,
         web_enabled=settings.web_port != 0,
         web_port=settings.web_port or 6066,

@@ -4,7 +4,6 @@ Set FAULTLINE_KAFKA_BOOTSTRAP=host:port to use an already running broker instead
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 import uuid
@@ -16,20 +15,12 @@ from typing import Any
 import pytest
 
 HERE = Path(__file__).resolve().parent
-LOCAL_BROKER_PY = HERE.parents[1] / "ops" / "kafka" / "local_broker.py"
 
 
 def _load_local_broker() -> ModuleType:
-    # ops/ is not a package; load the standalone module by path (once per process).
-    name = "faultline_local_broker"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, LOCAL_BROKER_PY)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # before it runs: its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    from bench.broker import load_local_broker
+
+    return load_local_broker()
 
 
 def pytest_configure(config: pytest.Config) -> None:
