@@ -1,5 +1,6 @@
-"""The Kafka sink: source records with kafka-python (acks=all, idempotent), gap markers on
-`faultline.bridge-gaps`, positions on the compacted `faultline.bridge-positions`."""
+"""The Kafka sink: source records with kafka-python (acks=all, idempotent), progress
+records on every partition of their source topic, gap markers on `faultline.bridge-gaps`,
+positions on the compacted `faultline.bridge-positions`."""
 
 from __future__ import annotations
 
@@ -83,6 +84,7 @@ class KafkaPositions:
         self._settings = settings
         self._producer = producer
         self.topic = settings.topic(BRIDGE_POSITIONS)
+        self.where: str | None = f"topic {self.topic}"
 
     def load(self, cluster: str) -> dict[str, BridgePosition]:
         consumer = KafkaConsumer(
@@ -126,8 +128,9 @@ class KafkaPositions:
 
 
 class KafkaSink:
-    def __init__(self, settings: Settings, *, client_id: str = "faultline-bridge") -> None:
+    def __init__(self, settings: Settings, *, client_id: str = "faultline-bridge", flush_timeout: float = FLUSH_TIMEOUT) -> None:
         self._settings = settings
+        self._flush_timeout = flush_timeout
         self._topics = {logical: settings.topic(logical) for logical in SOURCE_TOPICS}
         self._gaps = settings.topic(BRIDGE_GAPS)
         try:
@@ -167,11 +170,22 @@ class KafkaSink:
         key = f"{gap.cluster}/{gap.kind}".encode()
         self._producer.send(self._gaps, key=key, value=_gap_encoder.encode(gap)).add_errback(self._on_error)
 
+    def publish_progress(self, topic: str, key: str, value: bytes) -> None:
+        """To every partition, explicitly: Kafka orders records only within one."""
+        name = self._topics[topic]
+        partitions = self._producer.partitions_for(name)
+        if not partitions:
+            raise DeliveryError(f"no partitions known for topic {name} on {self._settings.bootstrap}")
+        for partition in sorted(partitions):
+            self._producer.send(name, key=key.encode(), value=value, partition=partition).add_errback(self._on_error)
+
     def flush(self) -> None:
         try:
-            self._producer.flush(timeout=FLUSH_TIMEOUT)
+            self._producer.flush(timeout=self._flush_timeout)
         except KafkaError as exc:
-            raise DeliveryError(f"records were not acknowledged by {self._settings.bootstrap} within {FLUSH_TIMEOUT:g}s: {exc}") from None
+            raise DeliveryError(
+                f"records were not acknowledged by {self._settings.bootstrap} within {self._flush_timeout:g}s: {exc}"
+            ) from None
         if self._failure is not None:
             raise DeliveryError(
                 f"{self.failed} record(s) could not be written to Kafka ({self._failure}); no position after them was saved, "
@@ -180,7 +194,7 @@ class KafkaSink:
 
     def close(self) -> None:
         try:
-            self._producer.flush(timeout=FLUSH_TIMEOUT)
+            self._producer.flush(timeout=self._flush_timeout)
         except KafkaError as exc:
             log.error("flushing the producer on close failed: %s", exc)
         finally:

@@ -39,6 +39,8 @@ def decode_position(value: bytes) -> BridgePosition | None:
 
 
 class PositionStore(Protocol):
+    where: str | None  # where positions outlive the process (e.g. a topic); None: they do not
+
     def load(self, cluster: str) -> dict[str, BridgePosition]:
         """The last saved position of each kind of `cluster`, by kind name."""
         ...
@@ -51,6 +53,8 @@ class PositionStore(Protocol):
 class MemoryPositions:
     """Positions for one process's lifetime: `record` and `run` start from a fresh list
     each time (a trace or a live run is a snapshot plus what follows)."""
+
+    where: str | None = None
 
     def __init__(self) -> None:
         self.saved: dict[str, BridgePosition] = {}

@@ -17,10 +17,10 @@ import orjson
 from app.cli import bridge as bridge_cli
 from app.cli import main as cli_main
 from app.model.envelope import TraceLine
-from app.model.records import CLASSIFIED_FAILURES
+from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER
 from app.replay.pipeline import Pipeline
 from app.replay.trace import read_lines, replay
-from tests.bridge.helpers import CLUSTER, apply_story, pod, wait_for
+from tests.bridge.helpers import CLUSTER, apply_story, pod, source_lines, wait_for, watched_changes
 from tests.unit import builders, stories
 from tests.unit.scenario import final_verdicts
 
@@ -53,9 +53,10 @@ def start_cli(*args: str, **kwargs) -> subprocess.Popen:
 
 def test_record_writes_a_trace_that_classifies_like_the_story(kube, tmp_path):
     records = story()
+    changes = watched_changes(records)
     kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")
     out = tmp_path / "trace.jsonl"
-    proc = start_cli("record", "--kubeconfig", str(kubeconfig), "--cluster", CLUSTER, "--out", str(out), "--max-records", str(len(records)))
+    proc = start_cli("record", "--kubeconfig", str(kubeconfig), "--cluster", CLUSTER, "--out", str(out), "--max-records", str(changes))
     try:
         wait_for(lambda: len(kube.watches) == 8, timeout=30, what="the 8 watches of the recorder")
         apply_story(kube, records)
@@ -63,16 +64,21 @@ def test_record_writes_a_trace_that_classifies_like_the_story(kube, tmp_path):
     finally:
         proc.kill() if proc.poll() is None else None
     assert proc.returncode == 0, stderr.decode()
-    assert f"recorded {len(records)} records to {out}".encode() in stderr
-    lines = out.read_bytes().splitlines()
-    assert len(lines) == len(records)
+    assert f"recorded {changes} records to {out}".encode() in stderr
+    lines = source_lines(out.read_bytes())
+    assert len(lines) == changes
     for line in lines:
         parsed = orjson.loads(line)
         assert list(parsed) == ["topic", "key", "value"]
         TraceLine(**{**parsed, "value": b""})  # the DESIGN.md trace line shape
-    pipeline = Pipeline()
-    recorded = {e.key: e.value for e in replay(read_lines(out), pipeline) if e.topic == CLASSIFIED_FAILURES}
-    assert pipeline.counts["dead_letters"] == 0
+    progress = [orjson.loads(line) for line in out.read_bytes().splitlines() if b'"type":"BOOKMARK"' in line]
+    assert progress, "the trace holds progress records"
+    for line in progress:
+        assert line["key"] == line["value"]["object"]["kind"] and line["value"]["cluster"] == CLUSTER
+    emits = list(replay(read_lines(out), Pipeline()))
+    recorded = {e.key: e.value for e in emits if e.topic == CLASSIFIED_FAILURES}
+    # Every line is read, progress records aside (the pipeline reads those once it knows them).
+    assert [e.value.reason for e in emits if e.topic == DEAD_LETTER and '"BOOKMARK"' not in e.value.value] == []
     assert summary(recorded) == summary(final_verdicts(records))
     assert len(recorded) == 3
 
@@ -85,7 +91,7 @@ def test_record_stops_cleanly_on_ctrl_c(kube, tmp_path):
         wait_for(lambda: kube.watches, timeout=30, what="the recorder's watch")
         for i in range(50):
             kube.create("pods", pod(f"p{i}"))
-        wait_for(lambda: out.exists() and out.read_bytes().count(b"\n") == 50, what="50 lines")
+        wait_for(lambda: out.exists() and len(source_lines(out.read_bytes())) == 50, what="50 lines")
         kube.create("pods", pod("last"))
         proc.send_signal(signal.SIGINT)
         started = time.monotonic()
@@ -96,7 +102,7 @@ def test_record_stops_cleanly_on_ctrl_c(kube, tmp_path):
     assert proc.returncode == 0, stderr.decode()
     data = out.read_bytes()
     assert data.endswith(b"\n")
-    names = [orjson.loads(line)["value"]["object"]["metadata"]["name"] for line in data.splitlines()]
+    names = [orjson.loads(line)["value"]["object"]["metadata"]["name"] for line in source_lines(data)]
     assert len(names) in (50, 51) and names[:50] == [f"p{i}" for i in range(50)]
     assert b"recorded" in stderr and b"Traceback" not in stderr
 
@@ -112,7 +118,7 @@ def test_run_classifies_live_and_prints_verdicts_as_they_come(kube, tmp_path, ca
 
     player = threading.Thread(target=play)
     player.start()
-    code = cli_main(["run", "--kubeconfig", str(kubeconfig), "--cluster", CLUSTER, "--out", str(out), "--max-records", str(len(records))])
+    code = cli_main(["run", "--kubeconfig", str(kubeconfig), "--cluster", CLUSTER, "--out", str(out), "--max-records", str(watched_changes(records))])
     player.join()
     captured = capsys.readouterr()
     assert code == 0, captured.err

@@ -18,7 +18,7 @@ kubernetes_validate = pytest.importorskip(
 MANIFESTS = Path(__file__).resolve().parents[2] / "ops" / "k8s"
 # The oldest Kubernetes minor still commonly run, and the newest the package knows.
 VERSIONS = ["1.29.0", kubernetes_validate.latest_version() + ".0"]
-READ = ["get", "list", "watch"]
+READ = ["list", "watch"]
 
 
 def documents() -> list[tuple[str, dict]]:

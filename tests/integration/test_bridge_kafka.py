@@ -22,7 +22,7 @@ from app.bridge.client import KubeApi, api_client
 from app.bridge.kafka_sink import KafkaPositions, KafkaSink, ensure_topics
 from app.bridge.records import BRIDGE_GAPS, BRIDGE_POSITIONS
 from app.bridge.settings import BridgeSettings
-from app.bridge.watcher import Bridge
+from app.bridge.bridge import Bridge
 from app.model.records import CLASSIFIED_FAILURES
 from app.settings import Settings
 from app.stream.topics import create_topics
@@ -51,6 +51,11 @@ def read_all(bootstrap: str, topic: str) -> list:
         return records
     finally:
         consumer.close()
+
+
+def changes_in(bootstrap: str, topic: str) -> list:
+    """A source topic's change records, without the bridge's progress records."""
+    return [r for r in read_all(bootstrap, topic) if orjson.loads(r.value)["type"] != "BOOKMARK"]
 
 
 def watch_settings(**overrides) -> BridgeSettings:
@@ -129,15 +134,15 @@ def test_bridge_to_kafka_then_a_restart_resumes_from_the_positions_topic(kube, k
     finally:
         stop_bridge(running, sink, api)
 
-    records = read_all(kafka_settings.bootstrap, kafka_settings.topic("k8s.pods"))
+    records = changes_in(kafka_settings.bootstrap, kafka_settings.topic("k8s.pods"))
     per_key: dict[str, list[tuple[str, int]]] = defaultdict(list)
     for rec in records:
         envelope = orjson.loads(rec.value)
         assert rec.key.decode() == envelope["object"]["metadata"]["uid"] and envelope["cluster"] == CLUSTER
         per_key[envelope["object"]["metadata"]["name"]].append((envelope["type"], int(envelope["object"]["metadata"]["resourceVersion"])))
-    assert len(records) == 23  # 20 listed, 3 changes while down: nothing republished
+    assert len(records) == 24  # 20 listed, 4 changes while down: nothing republished
     assert [t for t, _ in per_key["p01"]] == ["ADDED", "MODIFIED"]
-    assert [t for t, _ in per_key["p02"]] == ["ADDED", "DELETED"]
+    assert [t for t, _ in per_key["p02"]] == ["ADDED", "MODIFIED", "DELETED"]  # deletionTimestamp, then gone
     assert [t for t, _ in per_key["p20"]] == ["ADDED"]
     for changes in per_key.values():
         assert [rv for _, rv in changes] == sorted(rv for _, rv in changes)  # per-key order on its partition
@@ -174,7 +179,7 @@ def test_a_gap_marker_reaches_its_own_topic(kube, kafka_settings, tmp_path):
     value = orjson.loads(gap.value)
     assert gap.key.decode() == f"{CLUSTER}/Pod"
     assert value["schema"] == "faultline.BridgeGap/v1" and value["deleted"] == 1 and value["relisted_resource_version"] == str(kube.rv)
-    pods = [orjson.loads(r.value) for r in read_all(kafka_settings.bootstrap, kafka_settings.topic("k8s.pods"))]
+    pods = [orjson.loads(r.value) for r in changes_in(kafka_settings.bootstrap, kafka_settings.topic("k8s.pods"))]
     # Kafka orders records per partition only: b's own records end with its deletion.
     changes_of_b = [p["type"] for p in pods if p["object"]["metadata"]["name"] == "b"]
     assert changes_of_b[-1] == "DELETED" and changes_of_b.count("DELETED") == 1
@@ -255,7 +260,7 @@ def test_faultline_bridge_command_publishes_and_stops_cleanly_on_sigterm(kube, k
     try:
         wait_for(lambda: kube.watches, timeout=60, what="the bridge's watch")
         kube.update("pods", "ml", "p0", bump)
-        wait_for(lambda: len(read_all(kafka_settings.bootstrap, kafka_settings.topic("k8s.pods"))) == 6, timeout=60, what="6 records")
+        wait_for(lambda: len(changes_in(kafka_settings.bootstrap, kafka_settings.topic("k8s.pods"))) == 6, timeout=60, what="6 records")
         assert (tmp_path / "heartbeat").exists()
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=60)
