@@ -102,6 +102,8 @@ class KindWatch:
         self._watch: WatchResponse | None = None
         self._lock = threading.Lock()
         self._absent_logged = False
+        self._was_served = False  # this kind was served since the bridge started
+        self._unserved_since: float | None = None  # when a kind that was served stopped being so
         self._granted: set[str] = set()  # the verbs (list, watch) the API server has granted this watch
         self.error: BaseException | None = None  # why the thread ended, if not asked to
         self._needs_seed = start_rv is not None  # a resumed position needs the known set rebuilt first
@@ -184,9 +186,8 @@ class KindWatch:
                 else:  # the relist itself was refused with 410: retry it after a pause
                     self._retry_later(f"relist refused ({exc})")
             except NotServed as exc:
-                log.warning("%s: no longer served (%s); looking for it again", self.describe(), exc)
+                log.debug("%s: not served (%s); looking for it again", self.describe(), exc)
                 self.version = None
-                self._absent_logged = False
             except Forbidden as exc:
                 # Fatal at once when the verb was never granted (a missing RBAC rule);
                 # retried for a while when it was (a restarted API server syncing its caches).
@@ -210,7 +211,12 @@ class KindWatch:
 
     def _served_version(self) -> str:
         """The first of the kind's versions the API serves; waits (checking every
-        crd_recheck seconds) while none is, with one log line per absence."""
+        crd_recheck seconds) while none is, with one log line per absence.
+
+        A kind not served since the bridge started holds no progress back. One that was
+        served and is not any more (404) is retried as an outage first: a restarting API
+        server serves its CRDs a moment after the rest. Only after crd_recheck seconds of
+        404 is it taken as removed."""
         while True:
             for version in self.kind.versions:
                 try:
@@ -220,16 +226,22 @@ class KindWatch:
                 self._succeeded("list")
                 if self._absent_logged:
                     log.info("%s: now served as %s; watching it", self.describe(), self.kind.api_version(version))
-                self._absent_logged = False
+                self._absent_logged, self._was_served, self._unserved_since = False, True, None
                 self.progress.stalled()  # served: it holds its topic back until listed and watched
                 return version
+            if self._was_served:
+                now = time.monotonic()
+                self._unserved_since = self._unserved_since or now
+                if now - self._unserved_since < self.settings.crd_recheck:
+                    raise Transient(f"{self.kind.resource()} is not served (404)", cause="not served (HTTP 404)")
             self._succeeded("list")
             self.progress.absent()
             if not self._absent_logged:
                 tried = ", ".join(f"{self.kind.api_version(v)} {self.kind.plural}" for v in self.kind.versions)
                 log.info(
-                    "%s: not served (tried %s: is its CRD installed?); skipped, checking again every %gs",
+                    "%s: %s (tried %s: is its CRD installed?); skipped, checking again every %gs",
                     self.describe(),
+                    "no longer served" if self._was_served else "not served",
                     tried,
                     self.settings.crd_recheck,
                 )

@@ -209,6 +209,7 @@ class LivePrinter:
 
         if self._out is not None:
             self._out.write(self._encode(emit) + b"\n")
+            self._out.flush()  # a reader may follow the file while the run goes on
         if emit.topic == CLASSIFIED_FAILURES:
             v = emit.value
             self.verdicts += 1

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import http.client
 import json
 import os
 import re
@@ -36,8 +37,8 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-import urllib.error
 import urllib.request
 from pathlib import Path
 from types import TracebackType
@@ -311,6 +312,8 @@ class LocalApiServer:
         self.extra_args = extra_args
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self.binaries: Path | None = None
+        self._connections = threading.local()  # keep-alive connections, one set per thread
+        self._cached_state: dict[str, Any] | None = None  # state.json: ports and pids
 
     # --- files ---
 
@@ -331,14 +334,17 @@ class LocalApiServer:
         return self.data_dir / f"{name}.log"
 
     def _state(self) -> dict[str, Any]:
-        try:
-            return json.loads((self.data_dir / "state.json").read_text())
-        except (OSError, ValueError):
-            return {}
+        if self._cached_state is None:
+            try:
+                self._cached_state = json.loads((self.data_dir / "state.json").read_text())
+            except (OSError, ValueError):
+                return {}
+        return self._cached_state
 
     def _save_state(self, **values: Any) -> None:
         state = {**self._state(), **values}
         (self.data_dir / "state.json").write_text(json.dumps(state) + "\n")
+        self._cached_state = state
 
     @property
     def url(self) -> str:
@@ -420,6 +426,9 @@ class LocalApiServer:
             "--service-cluster-ip-range", "10.0.0.0/24",
             "--authorization-mode", "RBAC",
             "--etcd-compaction-interval", self.compaction_interval,
+            # On SIGTERM, end open watches within 2 s (the default waits for them up to a
+            # minute): a restart in the tests then takes seconds.
+            "--shutdown-watch-termination-grace-period", "2s",
             "--profiling=false",
             *self.extra_args,
         ]
@@ -509,19 +518,45 @@ class LocalApiServer:
             headers["Content-Type"] = content_type
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
-            context = self.ssl_context()
-        else:
-            context = self.ssl_context((self.certs / "admin.crt", self.certs / "admin.key"))
-        request = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
-        try:
-            with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
+        while True:
+            connection = self._connection(token is not None, timeout)
+            reused = connection.sock is not None
+            try:
+                connection.request(method, path, body=data, headers=headers)
+                response = connection.getresponse()
                 status, raw = response.status, response.read()
-        except urllib.error.HTTPError as exc:
-            status, raw = exc.code, exc.read()
+                break
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                self._drop_connection(token is not None)
+                if not reused:  # a kept-alive connection the server closed meanwhile is opened again, once
+                    raise
+            except (http.client.HTTPException, OSError):
+                self._drop_connection(token is not None)
+                raise
         try:
             return status, json.loads(raw) if raw else None
         except ValueError:
             return status, raw.decode(errors="replace")
+
+    def _connection(self, anonymous: bool, timeout: float) -> http.client.HTTPSConnection:
+        """This thread's connection, as the admin or without a client certificate (for a
+        bearer token), to the current port."""
+        pool = self._connections.__dict__
+        key = ("token" if anonymous else "admin", self.url)
+        connection = pool.get(key)
+        if connection is None:
+            context = self.ssl_context() if anonymous else self.ssl_context((self.certs / "admin.crt", self.certs / "admin.key"))
+            port = int(self._state()["apiserver_port"])
+            connection = pool[key] = http.client.HTTPSConnection(HOST, port, timeout=timeout, context=context)
+        connection.timeout = timeout
+        if connection.sock is not None:
+            connection.sock.settimeout(timeout)
+        return connection
+
+    def _drop_connection(self, anonymous: bool) -> None:
+        connection = self._connections.__dict__.pop(("token" if anonymous else "admin", self.url), None)
+        if connection is not None:
+            connection.close()
 
     def call(self, method: str, path: str, body: Any = None, *, expect: tuple[int, ...] = (200, 201), **kwargs: Any) -> Any:
         """`request`, raising unless the status is one of `expect`."""

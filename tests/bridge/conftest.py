@@ -69,3 +69,11 @@ def api_factory(tmp_path: Path) -> Iterator[Callable[[FakeKube], KubeApi]]:
 @pytest.fixture
 def api(kube: FakeKube, api_factory: Callable[[FakeKube], KubeApi]) -> KubeApi:
     return api_factory(kube)
+
+
+@pytest.fixture
+def real_api(apiserver: Any) -> Iterator[KubeApi]:
+    """The real client on the real API server, as its admin (tests/conftest.py `apiserver`)."""
+    api = KubeApi(api_client(kubeconfig=str(apiserver.kubeconfig)))
+    yield api
+    api.close()
