@@ -128,7 +128,16 @@ class KafkaPositions:
 
 
 class KafkaSink:
-    def __init__(self, settings: Settings, *, client_id: str = "faultline-bridge", flush_timeout: float = FLUSH_TIMEOUT) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        client_id: str = "faultline-bridge",
+        flush_timeout: float = FLUSH_TIMEOUT,
+        delivery_timeout: float = FLUSH_TIMEOUT,
+    ) -> None:
+        """`delivery_timeout`: how long a record may wait for the broker before it fails
+        (then the next flush raises DeliveryError)."""
         self._settings = settings
         self._flush_timeout = flush_timeout
         self._topics = {logical: settings.topic(logical) for logical in SOURCE_TOPICS}
@@ -141,6 +150,8 @@ class KafkaSink:
                 linger_ms=LINGER_MS,
                 batch_size=BATCH_SIZE,
                 client_id=client_id,
+                delivery_timeout_ms=int(delivery_timeout * 1000),
+                request_timeout_ms=min(30_000, int(delivery_timeout * 1000) - LINGER_MS),
             )
         except KafkaError as exc:
             raise BridgeError(f"cannot reach Kafka at {settings.bootstrap} ({exc}); set --bootstrap / FAULTLINE_BOOTSTRAP") from None

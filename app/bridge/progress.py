@@ -78,6 +78,7 @@ class StreamProgress:
     def stalled(self) -> None:
         """The watch is not live (broken, ended, relisting, stopping): progress stops here."""
         with self._lock:
+            self._promote(self._clock())
             if self._mode in ("live", "absent"):
                 self._stalled_at = self._receiving if self._receiving is not None else self._clock()
             self._mode = "down"
@@ -95,12 +96,15 @@ class StreamProgress:
         was first live."""
         with self._lock:
             now = self._clock()
-            if self._mode == "catching_up" and now - self._activity >= CATCH_UP_QUIET_US:
-                self._mode = "live"
+            self._promote(now)
             at = now if self._mode in ("live", "absent") else self._stalled_at
             if at is not None and self._receiving is not None:
                 at = min(at, self._receiving)
             return at, self._handed
+
+    def _promote(self, now: int) -> None:
+        if self._mode == "catching_up" and now - self._activity >= CATCH_UP_QUIET_US:
+            self._mode = "live"
 
     @property
     def live(self) -> bool:

@@ -271,3 +271,85 @@ def test_faultline_bridge_command_publishes_and_stops_cleanly_on_sigterm(kube, k
     assert proc.returncode == 0, stderr.decode()
     assert b"stopping (signal SIGTERM)" in stderr and b"Traceback" not in stderr
     assert saved_position(kafka_settings, "Pod") == str(kube.rv)
+
+
+def progress_records(records: list) -> list:
+    return [r for r in records if orjson.loads(r.value)["type"] == "BOOKMARK"]
+
+
+def observed_us(value: bytes) -> int:
+    at = datetime.strptime(orjson.loads(value)["observed_at"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+    return int(at.timestamp()) * 1_000_000 + at.microsecond
+
+
+def test_r12_2_progress_reaches_every_partition_after_every_record_of_its_time(kube, kafka_settings, tmp_path):
+    for i in range(10):
+        kube.create("pods", pod(f"p{i}"))
+    running, sink, api = run_bridge(kube, kafka_settings, tmp_path, kinds="Pod", progress_interval=0.05)
+    try:
+        wait_for(lambda: running.bridge.watches and running.bridge.watches[0].progress.live, what="the watch")
+        for _ in range(20):
+            for i in range(10):
+                kube.update("pods", "ml", f"p{i}", bump)
+        wait_for(lambda: running.bridge.stats.records == 210 and running.bridge.stats.progress > 5, timeout=60, what="records and progress")
+    finally:
+        stop_bridge(running, sink, api)
+    records = read_all(kafka_settings.bootstrap, kafka_settings.topic("k8s.pods"))
+    by_partition: dict[int, list] = defaultdict(list)
+    for r in records:
+        by_partition[r.partition].append(r)
+    assert set(by_partition) == set(range(PARTITIONS))
+    for partition, recs in by_partition.items():
+        marks = progress_records(recs)
+        assert marks, f"partition {partition} got no progress record"
+        for mark in marks:
+            assert mark.key == b"Pod"
+            at = observed_us(mark.value)
+            late = [r for r in recs if r.offset > mark.offset and orjson.loads(r.value)["type"] != "BOOKMARK" and observed_us(r.value) < at]
+            assert late == [], f"partition {partition}: a record from before progress {at} came after it"
+    # The same progress time on every partition, in the same order.
+    times = {p: [observed_us(m.value) for m in progress_records(recs)] for p, recs in by_partition.items()}
+    assert len({tuple(t) for t in times.values()}) == 1
+
+
+def test_r12_2_no_progress_for_records_kafka_did_not_acknowledge(kube, topic_prefix, tmp_path):
+    """The broker goes away while the bridge flushes: the records received since were never
+    acknowledged (they expire), the bridge stops, and even with the broker back before its
+    producer is closed, no progress record claims them."""
+    from tests.conftest import load_ops_module
+
+    from app.bridge.errors import DeliveryError
+    from app.bridge.records import now_us
+
+    local_broker = load_ops_module("ops/kafka/local_broker.py")
+    broker = local_broker.LocalBroker(tmp_path / "kafka", port=local_broker.free_port())
+    bootstrap = broker.start()
+    try:
+        settings = Settings(bootstrap=bootstrap, topic_prefix=topic_prefix, partitions=PARTITIONS)
+        create_topics(settings)
+        ensure_topics(settings)
+        for name in ("a", "b"):
+            kube.create("pods", pod(name))
+        api = KubeApi(api_client(kubeconfig=str(kube.write_kubeconfig(tmp_path / "kubeconfig"))))
+        sink = KafkaSink(settings, flush_timeout=30, delivery_timeout=3)
+        running = Running(Bridge(api, sink, watch_settings(kinds="Pod", progress_interval=0.1)))
+        try:
+            wait_for(lambda: running.bridge.stats.progress >= 3, timeout=60, what="progress while the broker is up")
+            broker.stop()  # the connection breaks
+            broken = now_us()
+            made = [kube.update("pods", "ml", name, bump)["metadata"]["resourceVersion"] for name in ("a", "b", "a")]
+            running.join(timeout=60)
+            assert isinstance(running.error, DeliveryError), running.error
+            broker.start()  # back before the producer is closed: anything it still holds goes out now
+        finally:
+            sink.close()
+            api.close()
+        records = read_all(bootstrap, settings.topic("k8s.pods"))
+    finally:
+        broker.stop()
+    written = {orjson.loads(r.value)["object"]["metadata"].get("resourceVersion") for r in records}
+    lost = [rv for rv in made if rv not in written]
+    assert lost, "the changes made while the broker was away were expected to be lost"
+    marks = progress_records(records)
+    assert marks, "progress from before the break"
+    assert max(observed_us(m.value) for m in marks) < broken  # nothing received after the break is claimed
