@@ -190,6 +190,8 @@ class KubeApi:
                 return self._custom.list_namespaced_custom_object(kind.group, version, namespace, kind.plural, **params)
             return self._custom.list_cluster_custom_object(kind.group, version, kind.plural, **params)
         except ApiException as exc:
+            if not exc.status:  # the client wraps a TLS error in an ApiException with status 0
+                raise connection_failure(exc, f"{verb} {kind.resource()}", self.server) from None
             raise _translate(exc, verb, kind, version, namespace) from None
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise connection_failure(exc, f"{verb} {kind.resource()}", self.server) from None

@@ -77,3 +77,16 @@ def real_api(apiserver: Any) -> Iterator[KubeApi]:
     api = KubeApi(api_client(kubeconfig=str(apiserver.kubeconfig)))
     yield api
     api.close()
+
+
+@pytest.fixture(scope="session")
+def ops_applied(apiserver: Any) -> Any:
+    """The real API server with every ops/k8s manifest created with strict field
+    validation, except the GPU event guard's binding (it would refuse the other tests'
+    fault events; the guard's own tests bind it and unbind it)."""
+    from tests.bridge import manifests
+
+    for _, doc in manifests.documents():
+        if doc["kind"] != "ValidatingAdmissionPolicyBinding":
+            manifests.apply(apiserver, doc)
+    return apiserver
