@@ -151,18 +151,23 @@ def connection_failure(exc: BaseException, what: str, server: str) -> Exception:
 
 
 def _short(causes: list[BaseException]) -> str:
-    """A few words for a log line, not urllib3's repr of a connection pool."""
+    """A few words for a log line, not urllib3's repr of a connection pool. The socket's
+    own error wins over urllib3's wrappers (its NewConnectionError is a timeout class)."""
+    for kinds, words in (
+        ((ConnectionRefusedError,), "connection refused"),
+        ((ConnectionResetError,), "connection reset"),
+        ((socket.gaierror,), None),
+        ((ssl.SSLError,), None),
+        ((urllib3.exceptions.ConnectTimeoutError, urllib3.exceptions.ReadTimeoutError, TimeoutError, socket.timeout), "timed out"),
+    ):
+        for cause in causes:
+            if isinstance(cause, kinds):
+                if words is not None:
+                    return words
+                if isinstance(cause, socket.gaierror):
+                    return f"name resolution failed ({cause.strerror})"
+                return f"TLS error ({getattr(cause, 'reason', None) or cause})"
     for cause in causes:
-        if isinstance(cause, ConnectionRefusedError):
-            return "connection refused"
-        if isinstance(cause, ConnectionResetError):
-            return "connection reset"
-        if isinstance(cause, socket.gaierror):
-            return f"name resolution failed ({cause.strerror})"
-        if isinstance(cause, (urllib3.exceptions.ConnectTimeoutError, urllib3.exceptions.ReadTimeoutError, TimeoutError, socket.timeout)):
-            return "timed out"
-        if isinstance(cause, ssl.SSLError):
-            return f"TLS error ({cause.reason or cause})"
         if isinstance(cause, OSError) and cause.strerror:
             return cause.strerror.lower()
     first = causes[0]

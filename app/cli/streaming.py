@@ -102,9 +102,25 @@ def run_worker(args: argparse.Namespace) -> int:
 _LINE = msgspec.json.Decoder(TraceLine)
 
 
+class _Change(msgspec.Struct):
+    type: str = ""
+
+
+_CHANGE = msgspec.json.Decoder(_Change)
+
+
+def is_progress(value: bytes) -> bool:
+    """A progress record (SPEC R12.1): it goes to every partition of its topic."""
+    try:
+        return _CHANGE.decode(value).type == "BOOKMARK"
+    except msgspec.DecodeError:
+        return False  # published as it is: the worker dead-letters what it cannot read
+
+
 def run_publish(args: argparse.Namespace) -> int:
     """Keys and order are kept: one producer, records sent in file order, idempotent with
-    acks=all, so each partition receives its records in the order of the file."""
+    acks=all, so each partition receives its records in the order of the file. A
+    progress record goes to every partition of its topic, as the bridge writes it."""
     if not args.trace.is_file():
         return _fail(f"trace file {args.trace} does not exist (give the path of a .jsonl trace)")
     try:
@@ -117,7 +133,7 @@ def run_publish(args: argparse.Namespace) -> int:
     producer = KafkaProducer(
         bootstrap_servers=settings.bootstrap.split(","), acks="all", enable_idempotence=True, linger_ms=5, client_id="faultline-publish"
     )
-    sent, skipped, pending = 0, 0, []
+    sent, progress, skipped, pending = 0, 0, 0, []
     try:
         for number, line in read_lines(args.trace):
             try:
@@ -130,7 +146,13 @@ def run_publish(args: argparse.Namespace) -> int:
                 skipped += 1
                 print(f"faultline: line {number}: topic {record.topic!r} is not a source topic; skipped", file=sys.stderr)
                 continue
-            pending.append(producer.send(settings.topic(record.topic), key=record.key.encode(), value=bytes(record.value)))
+            topic, key, value = settings.topic(record.topic), record.key.encode(), bytes(record.value)
+            if is_progress(value):
+                for partition in sorted(producer.partitions_for(topic) or ()):
+                    pending.append(producer.send(topic, key=key, value=value, partition=partition))
+                progress += 1
+                continue
+            pending.append(producer.send(topic, key=key, value=value))
             sent += 1
         producer.flush()
         for future in pending:
@@ -139,8 +161,9 @@ def run_publish(args: argparse.Namespace) -> int:
         return _fail(f"publishing to {settings.bootstrap} failed after {sent} records: {exc}")
     finally:
         producer.close()
-    print(f"published {sent} records from {args.trace} to {settings.topic('k8s.*')}" + (f"; skipped {skipped} lines" if skipped else ""))
-    return 0 if sent or not skipped else 1
+    also = f" and {progress} progress records (each to every partition)" if progress else ""
+    print(f"published {sent} records{also} from {args.trace} to {settings.topic('k8s.*')}" + (f"; skipped {skipped} lines" if skipped else ""))
+    return 0 if sent or progress or not skipped else 1
 
 
 class TailLine(msgspec.Struct, frozen=True):

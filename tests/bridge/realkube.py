@@ -5,7 +5,10 @@ controllers would make."""
 from __future__ import annotations
 
 import copy
+import subprocess
 import uuid
+from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from tests.bridge.helpers import story_operations
@@ -21,6 +24,21 @@ def namespace(kube: Any, prefix: str = "t") -> str:
     kube.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     kube.call("POST", f"/api/v1/namespaces/{name}/serviceaccounts", {"metadata": {"name": "default"}})
     return name
+
+
+def wrong_ca_kubeconfig(kube: Any, tmp_path: Path) -> Path:
+    """A kubeconfig for `kube` that trusts another CA than the one that signed it."""
+    from tests.conftest import local_apiserver
+
+    other_ca, _ = local_apiserver().make_ca(tmp_path / "other-ca")
+    return kube.write_kubeconfig(tmp_path / "kubeconfig", ca_file=other_ca)
+
+
+def seconds_after_start(result: subprocess.CompletedProcess[str], ended: float) -> float:
+    """From a watch command's first log line (Python started, imports done) to its exit
+    at `ended` (time.time())."""
+    first = datetime.strptime(result.stderr.split(" INFO ", 1)[0], "%Y-%m-%d %H:%M:%S,%f")
+    return ended - first.timestamp()
 
 
 def collection_path(api_version: str, plural: str, ns: str) -> str:

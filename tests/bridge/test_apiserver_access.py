@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from app.bridge.bridge import Bridge
 from app.bridge.client import KubeApi, api_client
 from tests.bridge import manifests
 from tests.bridge.helpers import MemorySink, Running, settings, wait_for
+from tests.bridge.realkube import seconds_after_start, wrong_ca_kubeconfig
 
 pytestmark = pytest.mark.apiserver
 
@@ -90,23 +90,6 @@ def test_the_bridge_as_its_service_account_survives_api_server_restarts(ops_appl
         api.close()
     forbidden = [r.getMessage() for r in caplog.records if "HTTP 403" in r.getMessage()]
     print(f"\n{len(forbidden)} log line(s) of a 403 after the restarts")
-
-
-def wrong_ca_kubeconfig(kube: Any, tmp_path: Path) -> Path:
-    other_ca, _ = kube_module().make_ca(tmp_path / "other-ca")
-    return kube.write_kubeconfig(tmp_path / "kubeconfig", ca_file=other_ca)
-
-
-def kube_module() -> Any:
-    from tests.conftest import local_apiserver
-
-    return local_apiserver()
-
-
-def seconds_after_start(result: subprocess.CompletedProcess[str], ended: float) -> float:
-    """From the bridge's first log line (imports done, watches starting) to the exit."""
-    first = datetime.strptime(result.stderr.split(" INFO ", 1)[0], "%Y-%m-%d %H:%M:%S,%f")
-    return ended - first.timestamp()
 
 
 @pytest.mark.parametrize("command", ["record", "run"])

@@ -150,3 +150,67 @@ def test_commands_are_registered_with_their_flags():
 def test_a_missing_cluster_name_is_exit_code_2_with_the_fix(capsys):
     assert cli_main(["record", "--out", "/dev/null"]) == 2
     assert "--cluster NAME or set FAULTLINE_CLUSTER" in capsys.readouterr().err
+
+
+def kubeconfig_with_server(path: Path, server: str) -> Path:
+    path.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters:\n- name: c\n  cluster:\n    server: {server}\n"
+        "users:\n- name: u\n  user:\n    token: t\n"
+        "contexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\n"
+    )
+    return path
+
+
+def test_a_kubeconfig_that_does_not_exist_is_named_with_the_fix(tmp_path, capsys):
+    assert cli_main(["record", "--kubeconfig", str(tmp_path / "nope"), "--cluster", "c", "--out", str(tmp_path / "t.jsonl")]) == 1
+    err = capsys.readouterr().err
+    assert f"the kubeconfig {tmp_path / 'nope'} does not exist" in err and "No configuration found" not in err
+
+
+def test_no_kubeconfig_anywhere_says_where_it_looked(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.delenv("FAULTLINE_KUBECONFIG", raising=False)
+    assert cli_main(["run", "--cluster", "c"]) == 1
+    err = capsys.readouterr().err
+    assert "no Kubernetes client configuration" in err and "~/.kube/config does not exist" in err and "--kubeconfig FILE" in err
+
+
+def test_a_kubeconfig_that_is_not_yaml_is_an_error_not_a_traceback(tmp_path, capsys):
+    bad = tmp_path / "kubeconfig"
+    bad.write_text("apiVersion: v1\nclusters: [\n  - name: x\n    cluster: {server: https://h\n")
+    assert cli_main(["record", "--kubeconfig", str(bad), "--cluster", "c", "--out", str(tmp_path / "t.jsonl")]) == 1
+    err = capsys.readouterr().err
+    assert f"the kubeconfig {bad} is not valid YAML (line" in err and "Traceback" not in err
+
+
+def test_an_api_server_host_that_does_not_resolve_fails_at_once(tmp_path, capsys):
+    kubeconfig = kubeconfig_with_server(tmp_path / "kubeconfig", "https://nowhere.invalid:6443")
+    started = time.monotonic()
+    assert cli_main(["record", "--kubeconfig", str(kubeconfig), "--cluster", "c", "--out", str(tmp_path / "t.jsonl")]) == 1
+    assert time.monotonic() - started < 5
+    err = capsys.readouterr().err
+    assert "cannot resolve the API server's host 'nowhere.invalid'" in err and "server address in the kubeconfig" in err
+
+
+def test_an_unreachable_api_server_is_retried_then_given_up_with_one_line_per_watch(tmp_path, capsys, caplog):
+    import logging
+    import socket
+
+    caplog.set_level(logging.INFO, logger="faultline.bridge")
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    kubeconfig = kubeconfig_with_server(tmp_path / "kubeconfig", f"http://127.0.0.1:{port}")
+    code = cli_main(["record", "--kubeconfig", str(kubeconfig), "--cluster", "c", "--kinds", "Pod,Event", "--out", str(tmp_path / "t.jsonl"),
+                     "--give-up-after", "1", "--backoff-initial", "0.05", "--backoff-max", "0.2"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "has failed every request for" in err and "connection refused" in err and "--give-up-after" in err
+    logged = [r.getMessage() for r in caplog.records]
+    for kind in ("Pod", "Event"):
+        lines = [m for m in logged if m.startswith(f"{kind} (all namespaces): connection refused")]
+        assert len(lines) == 1, logged  # one line per outage, however many tries
+    assert not any(r.exc_info for r in caplog.records) and not any("urllib3" in m for m in logged)

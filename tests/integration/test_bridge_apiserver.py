@@ -21,7 +21,7 @@ from app.model.records import CLASSIFIED_FAILURES
 from app.settings import Settings
 from app.stream.topics import create_topics
 from tests.bridge.helpers import wait_for
-from tests.bridge.realkube import StoryPlayer, namespace
+from tests.bridge.realkube import StoryPlayer, namespace, seconds_after_start, wrong_ca_kubeconfig
 from tests.unit import builders, stories
 from tests.unit.scenario import final_verdicts
 
@@ -137,3 +137,16 @@ def test_a_story_replayed_on_the_api_server_classifies_alike_through_record_run_
         meta = line["value"]["object"]["metadata"]
         rvs.setdefault(meta["uid"], []).append(int(meta["resourceVersion"]))
     assert all(v == sorted(set(v)) for v in rvs.values())
+
+
+def test_the_bridge_command_fails_within_5s_on_a_wrong_ca(apiserver, kafka_bootstrap, topic_prefix, tmp_path):
+    create_topics(Settings(bootstrap=kafka_bootstrap, topic_prefix=topic_prefix, partitions=PARTITIONS))
+    kubeconfig = wrong_ca_kubeconfig(apiserver, tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-m", "app", "bridge", "--kubeconfig", str(kubeconfig), "--cluster", CLUSTER, "--bootstrap", kafka_bootstrap, "--topic-prefix", topic_prefix],
+        cwd=ROOT, env=env(), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )
+    ended = time.time()
+    assert result.returncode == 1, result.stderr
+    assert seconds_after_start(result, ended) < 5  # from the start of the watch (see tests/bridge/realkube.py)
+    assert "presented a certificate that the kubeconfig does not trust" in result.stderr and "Traceback" not in result.stderr

@@ -353,3 +353,23 @@ def test_r12_2_no_progress_for_records_kafka_did_not_acknowledge(kube, topic_pre
     marks = progress_records(records)
     assert marks, "progress from before the break"
     assert max(observed_us(m.value) for m in marks) < broken  # nothing received after the break is claimed
+
+
+def test_a_first_start_says_once_that_no_positions_are_saved(kube, kafka_settings, tmp_path, caplog):
+    import logging
+
+    caplog.set_level(logging.INFO, logger="faultline.bridge")
+    kube.create("pods", pod("a"))
+    for run in (1, 2):
+        caplog.clear()
+        running, sink, api = run_bridge(kube, kafka_settings, tmp_path, kinds="Pod")
+        try:
+            wait_for(lambda: saved_position(kafka_settings, "Pod") == str(kube.rv), timeout=60, what="the checkpoint")
+        finally:
+            stop_bridge(running, sink, api)
+        said = [r.getMessage() for r in caplog.records if "no saved positions" in r.getMessage()]
+        if run == 1:
+            assert said == [f"no saved positions for cluster {CLUSTER} in topic {kafka_settings.topic(BRIDGE_POSITIONS)}: "
+                            "a first start, so every kind is listed from the start"]
+        else:
+            assert said == []
