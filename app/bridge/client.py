@@ -76,7 +76,7 @@ def api_client(kubeconfig: str = "", context: str = "", connections: int = 16) -
     # One connection per concurrent watch plus the lists: the default pool (5 x cores)
     # would discard and reopen connections under many watches.
     configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, connections)
-    # No hidden retries inside urllib3: the watcher retries with its own backoff and logs
+    # No hidden retries inside urllib3: a watch retries with its own backoff and logs
     # one line per outage (urllib3's own retries each log a warning).
     configuration.retries = False
     return client.ApiClient(configuration)

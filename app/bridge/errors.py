@@ -53,7 +53,7 @@ class DeliveryError(BridgeError):
     """A sink could not make published records durable; no position after them was saved."""
 
 
-# --- internal signals between the API client and the watcher (never reach the user) ---
+# --- internal signals between the API client and a watch (never reach the user) ---
 
 
 class Gone(Exception):

@@ -1,7 +1,7 @@
 """Where each kind's watch stands, kept by the sink so a restarted bridge resumes there.
 
 A position is saved only after every record published before it is durable in the same
-sink (the watcher hands records and positions to one thread, in order, and the bridge
+sink (each watch hands records and positions to one thread, in order, and the bridge
 flushes the sink before it saves). On a restart the watch resumes from the saved
 resourceVersion: the changes since then are replayed by the API server, and the ones
 published after the last checkpoint before the stop are published again (at least once).

@@ -30,7 +30,7 @@ What it does as kube-apiserver does (the parts the bridge relies on):
   503 while "unavailable";
 - connection drops in the middle of a watch stream, after half an event line.
 
-What it does not do is listed in docs/bridge.md ("The protocol double").
+What it does not do is listed in docs/bridge.md ("Tests: a real API server, and a double").
 """
 
 from __future__ import annotations

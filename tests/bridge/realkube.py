@@ -5,7 +5,9 @@ controllers would make."""
 from __future__ import annotations
 
 import copy
+import os
 import subprocess
+import sys
 import uuid
 from datetime import datetime
 from pathlib import Path
@@ -24,6 +26,21 @@ def namespace(kube: Any, prefix: str = "t") -> str:
     kube.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     kube.call("POST", f"/api/v1/namespaces/{name}/serviceaccounts", {"metadata": {"name": "default"}})
     return name
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def faultline_env() -> dict[str, str]:
+    """The environment of a `faultline` subprocess: the caller's without FAULTLINE_*
+    settings (the tests pass every setting they mean)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("FAULTLINE_")} | {"PYTHONPATH": str(ROOT)}
+
+
+def faultline(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """`faultline ARGS` to its end."""
+    return subprocess.run([sys.executable, "-m", "app", *args], cwd=ROOT, env=faultline_env(), capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
 
 
 def wrong_ca_kubeconfig(kube: Any, tmp_path: Path) -> Path:

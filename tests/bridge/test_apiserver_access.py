@@ -6,9 +6,6 @@ waiting cannot fix."""
 from __future__ import annotations
 
 import logging
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -19,21 +16,15 @@ from app.bridge.bridge import Bridge
 from app.bridge.client import KubeApi, api_client
 from tests.bridge import manifests
 from tests.bridge.helpers import MemorySink, Running, settings, wait_for
-from tests.bridge.realkube import seconds_after_start, wrong_ca_kubeconfig
+from tests.bridge.realkube import faultline, seconds_after_start, wrong_ca_kubeconfig
 
 pytestmark = pytest.mark.apiserver
 
-ROOT = Path(__file__).resolve().parents[2]
 TOPICS = {"k8s.pods", "k8s.events", "k8s.jobs", "k8s.workloads"}
 
 
 def token_kubeconfig(kube: Any, path: Path, namespace: str, service_account: str) -> Path:
     return kube.write_kubeconfig(path, token=kube.create_token(namespace, service_account))
-
-
-def faultline(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FAULTLINE_")} | {"PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "app", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
 def test_the_manifests_apply_strictly_and_the_bridge_watches_everything_as_its_service_account(ops_applied, tmp_path):

@@ -5,7 +5,6 @@ on every partition, never for what Kafka did not acknowledge."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -21,24 +20,19 @@ from app.model.records import CLASSIFIED_FAILURES
 from app.settings import Settings
 from app.stream.topics import create_topics
 from tests.bridge.helpers import wait_for
-from tests.bridge.realkube import StoryPlayer, namespace, seconds_after_start, wrong_ca_kubeconfig
+from tests.bridge.realkube import ROOT, StoryPlayer, faultline_env, namespace, seconds_after_start, wrong_ca_kubeconfig
 from tests.unit import builders, stories
 from tests.unit.scenario import final_verdicts
 
 pytestmark = pytest.mark.apiserver
 
-ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = "real-a"
 PARTITIONS = 3
 
 
-def env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("FAULTLINE_")} | {"PYTHONPATH": str(ROOT)}
-
-
 def faultline(*args: str, log: Path) -> subprocess.Popen[bytes]:
     with log.open("wb") as out:
-        return subprocess.Popen([sys.executable, "-m", "app", *args], cwd=ROOT, env=env(), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        return subprocess.Popen([sys.executable, "-m", "app", *args], cwd=ROOT, env=faultline_env(), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 
 def stop(proc: subprocess.Popen[bytes], log: Path) -> str:
@@ -119,7 +113,7 @@ def test_a_story_replayed_on_the_api_server_classifies_alike_through_record_run_
         def bridged_all() -> bool:
             replay = subprocess.run(
                 [sys.executable, "-m", "app", "replay", "--from-kafka", "--bootstrap", kafka_bootstrap, "--topic-prefix", topic_prefix, "--out", str(bridged)],
-                cwd=ROOT, env=env(), capture_output=True, timeout=120,
+                cwd=ROOT, env=faultline_env(), capture_output=True, timeout=120,
             )
             return replay.returncode == 0 and summary(latest_verdicts(bridged.read_bytes().splitlines())) == expected
 
@@ -127,7 +121,7 @@ def test_a_story_replayed_on_the_api_server_classifies_alike_through_record_run_
     finally:
         texts = {name: stop(proc, logs[name]) for name, proc in procs.items()}
     recorded = subprocess.run([sys.executable, "-m", "app", "replay", "--trace", str(trace), "--out", str(tmp_path / "replayed.jsonl")],
-                              cwd=ROOT, env=env(), capture_output=True, timeout=120)
+                              cwd=ROOT, env=faultline_env(), capture_output=True, timeout=120)
     assert summary(latest_verdicts((tmp_path / "replayed.jsonl").read_bytes().splitlines())) == expected, recorded.stderr.decode()
     assert len(expected) == 3
     assert f"recorded {changes} records" in texts["record"]
@@ -144,7 +138,7 @@ def test_the_bridge_command_fails_within_5s_on_a_wrong_ca(apiserver, kafka_boots
     kubeconfig = wrong_ca_kubeconfig(apiserver, tmp_path)
     result = subprocess.run(
         [sys.executable, "-m", "app", "bridge", "--kubeconfig", str(kubeconfig), "--cluster", CLUSTER, "--bootstrap", kafka_bootstrap, "--topic-prefix", topic_prefix],
-        cwd=ROOT, env=env(), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        cwd=ROOT, env=faultline_env(), capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
     )
     ended = time.time()
     assert result.returncode == 1, result.stderr
