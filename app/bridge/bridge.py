@@ -74,6 +74,7 @@ class Bridge:
         self._pending: Snapshot | None = None  # progress waiting for its batches to be published
         self._progress_at: dict[str, int] = {}  # topic -> the last progress time published
         self._progress_ok = True  # false once a batch was cut short (max_records): progress would lie
+        self._caught_up = False  # every watch has listed and been live once (said once in the log)
 
     @property
     def position_store(self) -> PositionStore:
@@ -228,6 +229,9 @@ class Bridge:
         self.sink.flush()  # raises DeliveryError: then no progress is published
         if self._dirty:
             self._save_positions()
+        if not self._caught_up and all(at is not None for at, _ in snapshot.values()):
+            self._caught_up = True
+            log.info("every watch has listed and is live: changes are published as they come")
         marks = (
             StreamMark(watch.kind.topic, watch.kind.name, watch.api_version(), watch.rv or "", at)
             for watch, (at, _) in snapshot.items()

@@ -204,9 +204,19 @@ class KafkaSink:
             )
 
     def close(self) -> None:
+        """Deliver what is buffered (within the flush timeout), then close. Never raises:
+        what could not be delivered has no position and no progress after it."""
         try:
             self._producer.flush(timeout=self._flush_timeout)
         except KafkaError as exc:
             log.error("flushing the producer on close failed: %s", exc)
-        finally:
+        try:
             self._producer.close(timeout=10)
+        except KafkaError as exc:
+            # kafka-python's close() flushes first and raises when records are still
+            # pending; its sender thread must still end.
+            log.error("records still unsent on close are dropped: %s", exc)
+            sender = getattr(self._producer, "_sender", None)
+            if sender is not None:
+                sender.force_close()
+                sender.join(10)

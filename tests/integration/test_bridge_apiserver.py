@@ -102,8 +102,9 @@ def test_a_story_replayed_on_the_api_server_classifies_alike_through_record_run_
         "bridge": faultline("bridge", *watch, "--bootstrap", kafka_bootstrap, "--topic-prefix", topic_prefix, log=logs["bridge"]),
     }
     try:
-        # Progress on all four topics: every watch of the recorder has listed and is live.
-        wait_for(lambda: progress_topics(trace) == {"k8s.pods", "k8s.events", "k8s.jobs", "k8s.workloads"}, timeout=60, what="the recorder's watches")
+        # Each command says once when every watch has listed and is live.
+        wait_for(lambda: all("every watch has listed and is live" in log.read_text() for log in logs.values()), timeout=90, what="every watch live")
+        assert progress_topics(trace) == {"k8s.pods", "k8s.events", "k8s.jobs", "k8s.workloads"}
         changes = StoryPlayer(apiserver, ns).play(records)
         wait_for(lambda: len(changes_in(trace)) == changes, timeout=60, what=f"{changes} changes in the trace")
         wait_for(lambda: summary(latest_verdicts(outputs.read_bytes().splitlines() if outputs.exists() else [])) == expected,
@@ -117,7 +118,7 @@ def test_a_story_replayed_on_the_api_server_classifies_alike_through_record_run_
             )
             return replay.returncode == 0 and summary(latest_verdicts(bridged.read_bytes().splitlines())) == expected
 
-        wait_for(bridged_all, timeout=60, what="the bridged source topics to classify like the story")
+        wait_for(bridged_all, timeout=120, what="the bridged source topics to classify like the story")
     finally:
         texts = {name: stop(proc, logs[name]) for name, proc in procs.items()}
     recorded = subprocess.run([sys.executable, "-m", "app", "replay", "--trace", str(trace), "--out", str(tmp_path / "replayed.jsonl")],
