@@ -526,9 +526,9 @@ class LocalApiServer:
                 response = connection.getresponse()
                 status, raw = response.status, response.read()
                 break
-            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+            except (http.client.RemoteDisconnected, ConnectionError, ssl.SSLEOFError):
                 self._drop_connection(token is not None)
-                if not reused:  # a kept-alive connection the server closed meanwhile is opened again, once
+                if not reused:  # a kept-alive connection the server closed meanwhile (a restart) is opened again, once
                     raise
             except (http.client.HTTPException, OSError):
                 self._drop_connection(token is not None)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -52,10 +53,11 @@ def wrong_ca_kubeconfig(kube: Any, tmp_path: Path) -> Path:
 
 
 def seconds_after_start(result: subprocess.CompletedProcess[str], ended: float) -> float:
-    """From a watch command's first log line (Python started, imports done) to its exit
-    at `ended` (time.time())."""
-    first = datetime.strptime(result.stderr.split(" INFO ", 1)[0], "%Y-%m-%d %H:%M:%S,%f")
-    return ended - first.timestamp()
+    """From a watch command's "watching ..." log line (Python started, imports done, the
+    watches starting) to its exit at `ended` (time.time())."""
+    found = re.search(r"^(\S+ \S+) INFO faultline\.bridge: watching ", result.stderr, re.M)
+    assert found, result.stderr
+    return ended - datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
 
 def collection_path(api_version: str, plural: str, ns: str) -> str:
