@@ -65,15 +65,11 @@ class StreamProgress:
             self._receiving = None
 
     def catching_up(self, fence: int | None = None) -> None:
-        """A watch was opened; it is live once it delivered a revision >= `fence`, a
-        BOOKMARK (`caught_up()`), or nothing for CATCH_UP_QUIET_US."""
+        """A watch was opened; it is live once it handed over an event or BOOKMARK at a
+        revision >= `fence` (the server's revision when the watch opened), or nothing
+        for CATCH_UP_QUIET_US."""
         with self._lock:
             self._mode, self._activity, self._fence = "catching_up", self._clock(), fence
-
-    def caught_up(self) -> None:
-        with self._lock:
-            if self._mode == "catching_up":
-                self._mode = "live"
 
     def stalled(self) -> None:
         """The watch is not live (broken, ended, relisting, stopping): progress stops here."""

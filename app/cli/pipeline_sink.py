@@ -7,16 +7,26 @@ from __future__ import annotations
 import typing
 from collections.abc import Callable
 
+import msgspec
+
 from app.bridge.positions import MemoryPositions, PositionStore
 from app.bridge.records import BridgeGap, SourceRecord
 from app.core.emit import Emit
-from app.model.envelope import ChangeType
+from app.model.envelope import Envelope
 from app.replay.pipeline import Pipeline
+
+
+
+def _envelope_admits_progress() -> bool:
+    """Does the source envelope's `type` admit BOOKMARK (SPEC R12.1)?"""
+    field = next(f for f in msgspec.structs.fields(Envelope) if f.name == "type")
+    return "BOOKMARK" in typing.get_args(field.type)
+
 
 # The seam where `run` passes the bridge's progress (SPEC R12.2) straight to the pipeline.
 # A pipeline that does not read progress records yet would dead-letter each one, so they
-# are fed only once the source contract's change types include BOOKMARK.
-PIPELINE_READS_PROGRESS = "BOOKMARK" in typing.get_args(ChangeType)
+# are fed only once the source envelope admits them.
+PIPELINE_READS_PROGRESS = _envelope_admits_progress()
 
 
 def feed_progress(pipeline: Pipeline, topic: str, key: str, value: bytes) -> list[Emit]:
