@@ -38,7 +38,6 @@ def test_r12_1_publish_writes_each_progress_record_to_every_partition(kafka_boot
     result = subprocess.run([sys.executable, "-m", "app", "publish", str(trace), "--bootstrap", kafka_bootstrap, "--topic-prefix", topic_prefix,
                              "--partitions", str(PARTITIONS)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert "published 3 records and 1 progress records (each to every partition)" in result.stdout
     records = read_all(kafka_bootstrap, settings.topic("k8s.pods"))
     marks = [r for r in records if orjson.loads(r.value)["type"] == "BOOKMARK"]
     assert sorted(r.partition for r in marks) == list(range(PARTITIONS)) and {r.key for r in marks} == {b"Pod"}
