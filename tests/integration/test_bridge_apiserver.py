@@ -104,7 +104,7 @@ def test_a_story_replayed_on_the_api_server_classifies_alike_through_record_run_
     try:
         # Each command says once when every watch has listed and is live.
         wait_for(lambda: all("every watch has listed and is live" in log.read_text() for log in logs.values()), timeout=90, what="every watch live")
-        assert progress_topics(trace) == {"k8s.pods", "k8s.events", "k8s.jobs", "k8s.workloads"}
+        wait_for(lambda: progress_topics(trace) == {"k8s.pods", "k8s.events", "k8s.jobs", "k8s.workloads"}, what="progress in the trace")
         changes = StoryPlayer(apiserver, ns).play(records)
         wait_for(lambda: len(changes_in(trace)) == changes, timeout=60, what=f"{changes} changes in the trace")
         wait_for(lambda: summary(latest_verdicts(outputs.read_bytes().splitlines() if outputs.exists() else [])) == expected,
