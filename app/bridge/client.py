@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
+import ssl
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 import urllib3
+import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -23,6 +28,7 @@ from app.bridge.errors import (
     NotServed,
     Transient,
     Unauthorized,
+    Unreachable,
 )
 from app.bridge.records import Page
 from app.bridge.resources import Kind
@@ -37,12 +43,17 @@ WATCH_READ_SLACK = 15.0
 READ_SIZE = 1 << 16
 
 
+KUBECONFIG_FIX = "give --kubeconfig FILE (and --context NAME) or set FAULTLINE_KUBECONFIG, or run the bridge in a pod"
+
+
 def api_client(kubeconfig: str = "", context: str = "", connections: int = 16) -> client.ApiClient:
     """An ApiClient from the kubeconfig (the given file, else $KUBECONFIG or
     ~/.kube/config), or from the pod's service account when running in a pod and no file
     is given. Token refresh hooks of both loaders are kept."""
     configuration = client.Configuration()
     in_cluster = not kubeconfig and "KUBERNETES_SERVICE_HOST" in os.environ
+    if not in_cluster:
+        _check_kubeconfig_exists(kubeconfig)
     try:
         if in_cluster:
             config.load_incluster_config(client_configuration=configuration)
@@ -53,16 +64,114 @@ def api_client(kubeconfig: str = "", context: str = "", connections: int = 16) -
                 client_configuration=configuration,
                 persist_config=False,
             )
-    except (config.ConfigException, OSError, TypeError, ValueError) as exc:
-        source = "the in-cluster service account" if in_cluster else (kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config")
-        raise BridgeError(
-            f"cannot load the Kubernetes client configuration from {source}: {exc}; "
-            "give --kubeconfig FILE (and --context NAME) or FAULTLINE_KUBECONFIG, or run the bridge in a pod"
-        ) from None
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" (line {where.line + 1}, column {where.column + 1})" if where is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise BridgeError(f"the kubeconfig {_kubeconfig_source(kubeconfig)} is not valid YAML{line}: {problem}; fix the file or {KUBECONFIG_FIX}") from None
+    except (config.ConfigException, OSError, TypeError, ValueError, AttributeError, KeyError) as exc:
+        source = "the in-cluster service account" if in_cluster else _kubeconfig_source(kubeconfig)
+        detail = str(exc) or type(exc).__name__
+        raise BridgeError(f"cannot load the Kubernetes client configuration from {source}: {detail}; {KUBECONFIG_FIX}") from None
     # One connection per concurrent watch plus the lists: the default pool (5 x cores)
     # would discard and reopen connections under many watches.
     configuration.connection_pool_maxsize = max(configuration.connection_pool_maxsize or 0, connections)
+    # No hidden retries inside urllib3: a watch retries with its own backoff and logs
+    # one line per outage (urllib3's own retries each log a warning).
+    configuration.retries = False
     return client.ApiClient(configuration)
+
+
+def _kubeconfig_source(kubeconfig: str) -> str:
+    return kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+
+
+def _check_kubeconfig_exists(kubeconfig: str) -> None:
+    """The client's own message for a missing file is "No configuration found"."""
+    if kubeconfig:
+        if not Path(kubeconfig).is_file():
+            raise BridgeError(f"the kubeconfig {kubeconfig} does not exist (from --kubeconfig or FAULTLINE_KUBECONFIG): give the path of an existing kubeconfig file")
+        return
+    paths = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    if paths:
+        if not any(Path(p).expanduser().is_file() for p in paths):
+            raise BridgeError(f"$KUBECONFIG names no existing file ({os.environ['KUBECONFIG']}): fix $KUBECONFIG or {KUBECONFIG_FIX}")
+        return
+    if not Path("~/.kube/config").expanduser().is_file():
+        raise BridgeError(
+            "no Kubernetes client configuration: no --kubeconfig or FAULTLINE_KUBECONFIG was given, $KUBECONFIG is unset, "
+            f"~/.kube/config does not exist and this is not a pod; {KUBECONFIG_FIX}"
+        )
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """`exc` and everything it wraps (urllib3 wraps the socket and ssl errors in its own)."""
+    seen: set[int] = set()
+    todo = [exc]
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        todo.extend(a for a in current.args if isinstance(a, BaseException))
+        todo.extend(e for e in (current.__cause__, current.__context__, getattr(current, "reason", None)) if isinstance(e, BaseException))
+
+
+# getaddrinfo's "the name does not exist" answers; EAI_AGAIN ("try again") is transient.
+_NO_SUCH_HOST = {socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME)}
+
+
+def connection_failure(exc: BaseException, what: str, server: str) -> Exception:
+    """Unreachable (fatal: waiting cannot heal it, the message says the fix) or Transient
+    (retried with backoff), for an error raised below HTTP on `what` (e.g. "list pods")."""
+    causes = list(_causes(exc))
+    host = urlsplit(server).hostname or server
+    for cause in causes:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            detail = cause.verify_message or str(cause)
+            return Unreachable(
+                f"the API server at {server} presented a certificate that the kubeconfig does not trust ({detail}): "
+                "fix the cluster's certificate-authority (or certificate-authority-data) in the kubeconfig, "
+                "or pick the right cluster with --kubeconfig / --context"
+            )
+    for cause in causes:
+        if isinstance(cause, ssl.SSLError) and "alert" in (cause.reason or str(cause)).lower():
+            return Unreachable(
+                f"the API server at {server} refused the TLS handshake ({cause.reason or cause}): it does not accept the client "
+                "certificate of the kubeconfig's user; fix client-certificate / client-key (or their -data) in the kubeconfig"
+            )
+    for cause in causes:
+        if isinstance(cause, socket.gaierror) and cause.errno in _NO_SUCH_HOST:
+            return Unreachable(
+                f"cannot resolve the API server's host {host!r} ({server}): fix the cluster's server address in the kubeconfig, "
+                "or pick the right cluster with --kubeconfig / --context"
+            )
+    return Transient(f"{what}: {_short(causes)} ({server})", cause=f"{_short(causes)} ({server})")
+
+
+def _short(causes: list[BaseException]) -> str:
+    """A few words for a log line, not urllib3's repr of a connection pool. The socket's
+    own error wins over urllib3's wrappers (its NewConnectionError is a timeout class)."""
+    for kinds, words in (
+        ((ConnectionRefusedError,), "connection refused"),
+        ((ConnectionResetError,), "connection reset"),
+        ((socket.gaierror,), None),
+        ((ssl.SSLError,), None),
+        ((urllib3.exceptions.ConnectTimeoutError, urllib3.exceptions.ReadTimeoutError, TimeoutError, socket.timeout), "timed out"),
+    ):
+        for cause in causes:
+            if isinstance(cause, kinds):
+                if words is not None:
+                    return words
+                if isinstance(cause, socket.gaierror):
+                    return f"name resolution failed ({cause.strerror})"
+                return f"TLS error ({getattr(cause, 'reason', None) or cause})"
+    for cause in causes:
+        if isinstance(cause, OSError) and cause.strerror:
+            return cause.strerror.lower()
+    first = causes[0]
+    return f"{type(first).__name__}: {str(first)[:200]}"
 
 
 class KubeApi:
@@ -70,6 +179,7 @@ class KubeApi:
 
     def __init__(self, api_client: client.ApiClient) -> None:
         self.api_client = api_client
+        self.server = str(api_client.configuration.host)
         self._core = client.CoreV1Api(api_client)
         self._custom = client.CustomObjectsApi(api_client)
 
@@ -85,9 +195,11 @@ class KubeApi:
                 return self._custom.list_namespaced_custom_object(kind.group, version, namespace, kind.plural, **params)
             return self._custom.list_cluster_custom_object(kind.group, version, kind.plural, **params)
         except ApiException as exc:
+            if not exc.status:  # the client wraps a TLS error in an ApiException with status 0
+                raise connection_failure(exc, f"{verb} {kind.resource()}", self.server) from None
             raise _translate(exc, verb, kind, version, namespace) from None
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise Transient(f"{verb} {kind.resource()}: {exc}") from None
+            raise connection_failure(exc, f"{verb} {kind.resource()}", self.server) from None
 
     def _core_call(self, kind: Kind, namespace: str | None, params: dict[str, Any]) -> urllib3.HTTPResponse:
         if kind.plural == "pods":
@@ -126,7 +238,7 @@ class KubeApi:
         try:
             body = orjson.loads(response.data)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise Transient(f"list {kind.resource()}: {exc}") from None
+            raise connection_failure(exc, f"list {kind.resource()}", self.server) from None
         except orjson.JSONDecodeError as exc:
             raise Transient(f"list {kind.resource()}: the response is not JSON ({exc})") from None
         finally:
@@ -183,7 +295,7 @@ class WatchStream:
                         continue
                 yield [line for line in data.split(b"\n") if line.strip()]
         except (urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
-            raise Transient(f"{self._what}: the connection broke ({type(exc).__name__}: {exc})") from None
+            raise Transient(f"{self._what}: the connection broke ({type(exc).__name__}: {exc})", cause="the watch connection broke") from None
         if pending.strip():
             raise Transient(f"{self._what}: the stream ended inside an event")
 
@@ -228,4 +340,4 @@ def _translate(exc: ApiException, verb: str, kind: Kind, version: str, namespace
         return NotServed(f"{kind.api_version(version)} {kind.plural}: {detail}")
     if code == 410:
         return Gone(detail)
-    return Transient(f"{verb} {kind.resource()} ({kind.api_version(version)}): HTTP {code} {detail}")
+    return Transient(f"{verb} {kind.resource()} ({kind.api_version(version)}): HTTP {code} {detail}", cause=f"HTTP {code} {detail}"[:200])

@@ -5,6 +5,7 @@ from __future__ import annotations
 from app.bridge.resources import Kind
 
 RBAC_MANIFEST = "ops/k8s/rbac.yaml"
+READ_VERBS = ("list", "watch")  # all the bridge ever asks of the API server
 
 
 class BridgeError(RuntimeError):
@@ -20,11 +21,8 @@ class Forbidden(BridgeError):
 
     def rule(self) -> str:
         """The ClusterRole rule that grants what the bridge needs on this resource."""
-        return (
-            f'- apiGroups: ["{self.kind.group}"]\n'
-            f'  resources: ["{self.kind.plural}"]\n'
-            '  verbs: ["get", "list", "watch"]'
-        )
+        verbs = ", ".join(f'"{v}"' for v in READ_VERBS)
+        return f'- apiGroups: ["{self.kind.group}"]\n  resources: ["{self.kind.plural}"]\n  verbs: [{verbs}]'
 
     def _message(self) -> str:
         where = f'in namespace "{self.namespace}"' if self.namespace else "at the cluster scope (all namespaces)"
@@ -46,11 +44,16 @@ class Unauthorized(BridgeError):
     """The API server does not accept the credentials (HTTP 401)."""
 
 
+class Unreachable(BridgeError):
+    """A connection error that waiting cannot heal (an unknown host, a certificate
+    rejected either way), or a transient one that lasted longer than give_up_after."""
+
+
 class DeliveryError(BridgeError):
     """A sink could not make published records durable; no position after them was saved."""
 
 
-# --- internal signals between the API client and the watcher (never reach the user) ---
+# --- internal signals between the API client and a watch (never reach the user) ---
 
 
 class Gone(Exception):
@@ -65,4 +68,9 @@ class NotServed(Exception):
 
 
 class Transient(Exception):
-    """A failure worth retrying after a backoff: connection refused or dropped, 5xx, 429."""
+    """A failure worth retrying after a backoff: connection refused or dropped, 5xx, 429.
+    `cause` is the short reason logged once per outage."""
+
+    def __init__(self, message: str, cause: str = "") -> None:
+        super().__init__(message)
+        self.cause = cause or message

@@ -1,5 +1,6 @@
-"""The Kafka sink: source records with kafka-python (acks=all, idempotent), gap markers on
-`faultline.bridge-gaps`, positions on the compacted `faultline.bridge-positions`."""
+"""The Kafka sink: source records with kafka-python (acks=all, idempotent), progress
+records on every partition of their source topic, gap markers on `faultline.bridge-gaps`,
+positions on the compacted `faultline.bridge-positions`."""
 
 from __future__ import annotations
 
@@ -86,6 +87,7 @@ class KafkaPositions:
         self._settings = settings
         self._producer = producer
         self.topic = settings.topic(BRIDGE_POSITIONS)
+        self.where: str | None = f"topic {self.topic}"
 
     def load(self, cluster: str) -> dict[str, BridgePosition]:
         consumer = clients.consumer(
@@ -129,8 +131,18 @@ class KafkaPositions:
 
 
 class KafkaSink:
-    def __init__(self, settings: Settings, *, client_id: str = "faultline-bridge") -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        client_id: str = "faultline-bridge",
+        flush_timeout: float = FLUSH_TIMEOUT,
+        delivery_timeout: float = FLUSH_TIMEOUT,
+    ) -> None:
+        """`delivery_timeout`: how long a record may wait for the broker before it fails
+        (then the next flush raises DeliveryError)."""
         self._settings = settings
+        self._flush_timeout = flush_timeout
         self._topics = {logical: settings.topic(logical) for logical in SOURCE_TOPICS}
         self._gaps = settings.topic(BRIDGE_GAPS)
         try:
@@ -141,6 +153,8 @@ class KafkaSink:
                 linger_ms=LINGER_MS,
                 batch_size=BATCH_SIZE,
                 client_id=client_id,
+                delivery_timeout_ms=int(delivery_timeout * 1000),
+                request_timeout_ms=min(30_000, int(delivery_timeout * 1000) - LINGER_MS),
             )
         except KafkaUnreachable as exc:
             raise BridgeError(str(exc)) from None
@@ -172,11 +186,22 @@ class KafkaSink:
         key = f"{gap.cluster}/{gap.kind}".encode()
         self._producer.send(self._gaps, key=key, value=_gap_encoder.encode(gap)).add_errback(self._on_error)
 
+    def publish_progress(self, topic: str, key: str, value: bytes) -> None:
+        """To every partition, explicitly: Kafka orders records only within one."""
+        name = self._topics[topic]
+        partitions = self._producer.partitions_for(name)
+        if not partitions:
+            raise DeliveryError(f"no partitions known for topic {name} on {self._settings.bootstrap}")
+        for partition in sorted(partitions):
+            self._producer.send(name, key=key.encode(), value=value, partition=partition).add_errback(self._on_error)
+
     def flush(self) -> None:
         try:
-            self._producer.flush(timeout=FLUSH_TIMEOUT)
+            self._producer.flush(timeout=self._flush_timeout)
         except KafkaError as exc:
-            raise DeliveryError(f"records were not acknowledged by {self._settings.bootstrap} within {FLUSH_TIMEOUT:g}s: {exc}") from None
+            raise DeliveryError(
+                f"records were not acknowledged by {self._settings.bootstrap} within {self._flush_timeout:g}s: {exc}"
+            ) from None
         if self._failure is not None:
             raise DeliveryError(
                 f"{self.failed} record(s) could not be written to Kafka ({self._failure}); no position after them was saved, "
@@ -184,9 +209,19 @@ class KafkaSink:
             )
 
     def close(self) -> None:
+        """Deliver what is buffered (within the flush timeout), then close. Never raises:
+        what could not be delivered has no position and no progress after it."""
         try:
-            self._producer.flush(timeout=FLUSH_TIMEOUT)
+            self._producer.flush(timeout=self._flush_timeout)
         except KafkaError as exc:
             log.error("flushing the producer on close failed: %s", exc)
-        finally:
+        try:
             self._producer.close(timeout=10)
+        except KafkaError as exc:
+            # kafka-python's close() flushes first and raises when records are still
+            # pending; its sender thread must still end.
+            log.error("records still unsent on close are dropped: %s", exc)
+            sender = getattr(self._producer, "_sender", None)
+            if sender is not None:
+                sender.force_close()
+                sender.join(10)

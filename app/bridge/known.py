@@ -6,7 +6,7 @@ per uid only the record key, the resourceVersion and the object's JSON: a cluste
 worth of objects, not their history.
 
 Settled objects are kept zlib-compressed (a Pod's JSON shrinks two- to five-fold);
-objects that just changed stay as they are until `pack()` (the watcher calls it on
+objects that just changed stay as they are until `pack()` (the watch calls it on
 bookmarks, at the end of each list and watch, and whenever RAW_LIMIT are waiting), so an
 object that changes a hundred times in a burst is compressed once, not a hundred times.
 """

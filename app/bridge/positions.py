@@ -1,7 +1,7 @@
 """Where each kind's watch stands, kept by the sink so a restarted bridge resumes there.
 
 A position is saved only after every record published before it is durable in the same
-sink (the watcher hands records and positions to one thread, in order, and the bridge
+sink (each watch hands records and positions to one thread, in order, and the bridge
 flushes the sink before it saves). On a restart the watch resumes from the saved
 resourceVersion: the changes since then are replayed by the API server, and the ones
 published after the last checkpoint before the stop are published again (at least once).
@@ -39,6 +39,8 @@ def decode_position(value: bytes) -> BridgePosition | None:
 
 
 class PositionStore(Protocol):
+    where: str | None  # where positions outlive the process (e.g. a topic); None: they do not
+
     def load(self, cluster: str) -> dict[str, BridgePosition]:
         """The last saved position of each kind of `cluster`, by kind name."""
         ...
@@ -51,6 +53,8 @@ class PositionStore(Protocol):
 class MemoryPositions:
     """Positions for one process's lifetime: `record` and `run` start from a fresh list
     each time (a trace or a live run is a snapshot plus what follows)."""
+
+    where: str | None = None
 
     def __init__(self) -> None:
         self.saved: dict[str, BridgePosition] = {}

@@ -1,8 +1,9 @@
 """What the bridge writes: source records (the DESIGN.md envelope, built as bytes once),
-gap markers and positions."""
+progress records, gap markers and positions."""
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timezone
 from typing import Any
 
@@ -67,9 +68,19 @@ class BridgePosition(msgspec.Struct, frozen=True, kw_only=True):
     observed_at: str
 
 
-def now_rfc3339() -> str:
+def now_us() -> int:
+    """The bridge's clock: microseconds since the epoch (the resolution of `observed_at`)."""
+    return time.time_ns() // 1000
+
+
+def rfc3339_us(t_us: int) -> str:
     """RFC 3339 UTC with microseconds and Z, the envelope's `observed_at`."""
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    seconds, micros = divmod(t_us, 1_000_000)
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{micros:06d}Z"
+
+
+def now_rfc3339() -> str:
+    return rfc3339_us(now_us())
 
 
 class EnvelopeWriter:
@@ -93,3 +104,9 @@ class EnvelopeWriter:
                 b"}",
             )
         )
+
+    def bookmark(self, observed_at: str, api_version: str, kind: str, resource_version: str) -> bytes:
+        """A progress record (SPEC R12.1): every change of `kind` the bridge received
+        before `observed_at` was published and acknowledged."""
+        obj = orjson.dumps({"apiVersion": api_version, "kind": kind, "metadata": {"resourceVersion": resource_version}})
+        return self.envelope("BOOKMARK", observed_at, obj)

@@ -64,6 +64,14 @@ class BridgeSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     backoff_max: Annotated[
         float, msgspec.Meta(gt=0, le=3600, description="cap of the retry delay, which doubles on each failure in a row")
     ] = 30.0
+    give_up_after: Annotated[
+        float,
+        msgspec.Meta(
+            ge=0,
+            description="seconds a watch may keep failing with errors that can heal (unreachable, 5xx, 429) before the bridge "
+            "exits; 0 retries forever. Errors that cannot heal (unknown host, certificate rejected, 401) are fatal at once",
+        ),
+    ] = 300.0
     crd_recheck: Annotated[
         float, msgspec.Meta(gt=0, description="seconds between checks for a kind whose CRD is not installed")
     ] = 60.0
@@ -72,6 +80,14 @@ class BridgeSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         msgspec.Meta(
             gt=0,
             description="seconds between position checkpoints (each waits for the records before it to be acknowledged)",
+        ),
+    ] = 1.0
+    progress_interval: Annotated[
+        float,
+        msgspec.Meta(
+            gt=0,
+            description="seconds between progress records (BOOKMARK) on every partition of each source topic; each follows "
+            "a flush that covers every change it speaks for",
         ),
     ] = 1.0
     heartbeat_file: Annotated[

@@ -1,24 +1,19 @@
-"""Where records go. The watcher calls a `Sink` from one thread only, in order: records,
-gap markers, then `flush()` before it saves a position through `sink.positions`.
+"""Where records go. The bridge calls a `Sink` from one thread only, in order: records,
+gap markers, then `flush()` before it saves a position through `sink.positions` or
+publishes progress.
 
-Three sinks: Kafka (`app.bridge.kafka_sink`, the `bridge` command), a trace file
-(`record`) and the in-process pipeline (`run`).
+Two sinks live here and in `app.bridge.kafka_sink`: Kafka (the `bridge` command) and a
+trace file (`record`); the embedded mode's sink (`run`) is composed in `app.cli`.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable
 from typing import IO, Protocol
 
 import orjson
 
 from app.bridge.positions import MemoryPositions, PositionStore
 from app.bridge.records import BridgeGap, SourceRecord
-from app.core.emit import Emit
-from app.replay.pipeline import Pipeline
-
-log = logging.getLogger("faultline.bridge")
 
 
 class Sink(Protocol):
@@ -32,6 +27,11 @@ class Sink(Protocol):
         """A watch was rebuilt after 410 Gone (its records were published just before)."""
         ...
 
+    def publish_progress(self, topic: str, key: str, value: bytes) -> None:
+        """A progress record (SPEC R12.1) for a source topic: to every partition of it.
+        Called only after a flush covering every record it speaks for."""
+        ...
+
     def flush(self) -> None:
         """Return once everything published so far is durable; raise DeliveryError if
         any of it could not be delivered."""
@@ -40,67 +40,33 @@ class Sink(Protocol):
     def close(self) -> None: ...
 
 
-def log_gap(gap: BridgeGap) -> None:
-    scope = gap.namespace or "all namespaces"
-    log.warning(
-        "%s (%s): watch gone at resourceVersion %s, relisted at %s; %d object(s) vanished meanwhile and were published as DELETED",
-        gap.kind,
-        scope,
-        gap.from_resource_version,
-        gap.relisted_resource_version,
-        gap.deleted,
-    )
-
-
 class TraceSink:
     """A trace file: JSON Lines `{"topic", "key", "value"}` with logical topic names
-    (DESIGN.md). Gap markers are not source records: they are logged, not written."""
+    (DESIGN.md); a progress record is one line per topic. Gap markers are not source
+    records: the bridge logs them, the trace does not hold them."""
 
     def __init__(self, out: IO[bytes]) -> None:
         self._out = out
         self.positions: PositionStore = MemoryPositions()
         self.written = 0
+        self.progress = 0
+
+    def _line(self, topic: str, key: str, value: bytes) -> None:
+        self._out.write(b'{"topic":' + orjson.dumps(topic) + b',"key":' + orjson.dumps(key) + b',"value":' + value + b"}\n")
 
     def publish(self, record: SourceRecord) -> None:
-        self._out.write(
-            b'{"topic":'
-            + orjson.dumps(record.topic)
-            + b',"key":'
-            + orjson.dumps(record.key)
-            + b',"value":'
-            + record.value
-            + b"}\n"
-        )
+        self._line(record.topic, record.key, record.value)
         self.written += 1
 
     def publish_gap(self, gap: BridgeGap) -> None:
-        log_gap(gap)
+        pass
+
+    def publish_progress(self, topic: str, key: str, value: bytes) -> None:
+        self._line(topic, key, value)
+        self.progress += 1
 
     def flush(self) -> None:
         self._out.flush()
 
     def close(self) -> None:
         self._out.flush()
-
-
-class PipelineSink:
-    """The embedded mode: each record goes through the core at once; every output record
-    is handed to `on_emit` (in order)."""
-
-    def __init__(self, pipeline: Pipeline, on_emit: Callable[[Emit], None]) -> None:
-        self.pipeline = pipeline
-        self._on_emit = on_emit
-        self.positions: PositionStore = MemoryPositions()
-
-    def publish(self, record: SourceRecord) -> None:
-        for emit in self.pipeline.feed(record.topic, record.key, record.value):
-            self._on_emit(emit)
-
-    def publish_gap(self, gap: BridgeGap) -> None:
-        log_gap(gap)
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        pass

@@ -1,7 +1,7 @@
 """Commands that watch a live cluster: bridge (→ Kafka), record (→ a trace file),
 run (→ the rules, in this process).
 
-All three run the same watcher (app/bridge/watcher.py); only the sink differs. Every
+All three run the same bridge (app/bridge/bridge.py); only the sink differs. Every
 setting is a flag generated from its declaration (app/bridge/settings.py for the watch,
 app/settings.py for Kafka and logging): flag > FAULTLINE_* environment > default.
 """
@@ -109,9 +109,9 @@ def _on_signals(stop: threading.Event) -> Callable[[], None]:
 
 
 def _watch(sink: Any, watch: BridgeSettings, duration: float | None = None, max_records: int | None = None) -> int:
-    """Run the watcher into `sink` until a signal, `duration` or `max_records`."""
+    """Run the bridge into `sink` until a signal, `duration` or `max_records`."""
+    from app.bridge.bridge import Bridge
     from app.bridge.client import KubeApi, api_client
-    from app.bridge.watcher import Bridge
 
     streams = max(1, len(watch.namespace_list())) * 8
     try:
@@ -132,7 +132,7 @@ def _watch(sink: Any, watch: BridgeSettings, duration: float | None = None, max_
         api.close()
     elapsed = time.monotonic() - started
     topics = ", ".join(f"{topic} {n}" for topic, n in sorted(stats.by_topic.items())) or "none"
-    log.info("%d records in %.1fs (%s); %d gap(s)", stats.records, elapsed, topics, stats.gaps)
+    log.info("%d records in %.1fs (%s); %d gap(s), %d progress record(s)", stats.records, elapsed, topics, stats.gaps, stats.progress)
     return 0
 
 
@@ -183,7 +183,7 @@ def run_record(args: argparse.Namespace) -> int:
         if owned:
             out.close()
     if code == 0:
-        print(f"recorded {sink.written} records to {args.out}", file=sys.stderr)
+        print(f"recorded {sink.written} records to {args.out} (and {sink.progress} progress records)", file=sys.stderr)
     return code
 
 
@@ -205,6 +205,7 @@ class LivePrinter:
 
         if self._out is not None:
             self._out.write(self._encode(emit) + b"\n")
+            self._out.flush()  # a reader may follow the file while the run goes on
         if emit.topic == CLASSIFIED_FAILURES:
             head = [self._verdicts.head()] if not self.verdicts else []
             self.verdicts += 1
@@ -228,7 +229,7 @@ def run_live(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         return _fail(str(exc), 2)
     _setup_logging(kafka.log_level)
-    from app.bridge.sinks import PipelineSink
+    from app.cli.pipeline_sink import PipelineSink
     from app.replay.pipeline import Pipeline
 
     out = None

@@ -92,10 +92,11 @@ _CHANGE = msgspec.json.Decoder(_Change)
 
 
 def _is_progress(value: bytes) -> bool:
+    """A progress record (SPEC R12.1): it goes to every partition of its topic."""
     try:
         return _CHANGE.decode(value).type == BOOKMARK
     except msgspec.DecodeError:
-        return False  # published as it is; the stages dead-letter it
+        return False  # published as it is: the worker dead-letters what it cannot read
 
 
 def run_publish(args: argparse.Namespace) -> int:
@@ -116,7 +117,7 @@ def run_publish(args: argparse.Namespace) -> int:
         producer = clients.producer(settings, acks="all", enable_idempotence=True, linger_ms=5, client_id="faultline-publish")
     except (TopicError, KafkaError) as exc:
         raise CommandError(str(exc)) from None
-    sent, skipped, pending = 0, 0, []
+    sent, progress, skipped, pending = 0, 0, 0, []
     try:
         for number, line in read_lines(args.trace):
             try:
@@ -129,12 +130,13 @@ def run_publish(args: argparse.Namespace) -> int:
                 skipped += 1
                 print(f"faultline: line {number}: topic {record.topic!r} is not a source topic; skipped", file=sys.stderr)
                 continue
-            topic, value = settings.topic(record.topic), bytes(record.value)
+            topic, key, value = settings.topic(record.topic), record.key.encode(), bytes(record.value)
             if _is_progress(value):
-                for partition in sorted(producer.partitions_for(topic)):
-                    pending.append(producer.send(topic, key=record.key.encode(), value=value, partition=partition))
-            else:
-                pending.append(producer.send(topic, key=record.key.encode(), value=value))
+                for partition in sorted(producer.partitions_for(topic) or ()):
+                    pending.append(producer.send(topic, key=key, value=value, partition=partition))
+                progress += 1
+                continue
+            pending.append(producer.send(topic, key=key, value=value))
             sent += 1
         producer.flush()
         for future in pending:
@@ -143,8 +145,9 @@ def run_publish(args: argparse.Namespace) -> int:
         return fail(f"publishing to {settings.bootstrap} failed after {sent} records: {exc}")
     finally:
         producer.close()
-    print(f"published {sent} records from {args.trace} to {settings.topic('k8s.*')}" + (f"; skipped {skipped} lines" if skipped else ""))
-    return 0 if sent or not skipped else 1
+    also = f" and {progress} progress records (each to every partition)" if progress else ""
+    print(f"published {sent} records{also} from {args.trace} to {settings.topic('k8s.*')}" + (f"; skipped {skipped} lines" if skipped else ""))
+    return 0 if sent or progress or not skipped else 1
 
 
 class TailLine(msgspec.Struct, frozen=True):

@@ -14,16 +14,23 @@ What it does as kube-apiserver does (the parts the bridge relies on):
 - watches: `resourceVersion=X` streams every change after X (the server's history), then
   live changes, as newline-delimited JSON in chunked transfer encoding, chunks cut at
   arbitrary byte offsets (inside lines too); `allowWatchBookmarks` bookmarks with the
-  current resourceVersion; `timeoutSeconds` ends the stream cleanly; an X older than the
+  current resourceVersion for the kinds in the watch cache only (Events are not: their
+  watches never get one); `timeoutSeconds` ends the stream cleanly; an X older than the
   compaction floor is 410 Gone, either as an ERROR event carrying a Status (what the
   watch cache does) or as an HTTP 410 Status response;
+- a restart (`restart()`): every watch ends; the cached kinds answer 410 for a position
+  from before it (their watch cache starts empty), Events resume; optionally 403 for a
+  moment, as RBAC caches sync;
+- a pod's deletion is a MODIFIED (deletionTimestamp) then a DELETED; the status sent
+  with a create is dropped (custom resources have a status subresource; a pod starts
+  Pending), so a test sets it with a second write, as a controller does;
 - managedFields on every object (the bridge must drop them);
 - 404 Status for a resource (CRD) or version not served, 403 Status for a forbidden
   verb/resource/namespace (with the real message format), 401 without the bearer token,
   503 while "unavailable";
 - connection drops in the middle of a watch stream, after half an event line.
 
-What it does not do is listed in docs/bridge.md ("The protocol double").
+What it does not do is listed in docs/bridge.md ("Tests: a real API server, and a double").
 """
 
 from __future__ import annotations
@@ -65,6 +72,7 @@ class ResourceType:
 
     def __init__(self, group: str, plural: str, kind: str, versions: tuple[str, ...], installed: bool = True) -> None:
         self.group, self.plural, self.kind = group, plural, kind
+        self.cached = plural != "events"  # kube-apiserver keeps no watch cache for Events
         self.versions = list(versions)
         self.installed = installed
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
@@ -136,7 +144,9 @@ class FakeKube:
         self.history_limit = history_limit
         self.max_chunk = max_chunk
         self.forbidden: set[tuple[str, str, str | None]] = set()
+        self.forbid_all_until = 0.0  # monotonic time: 403 for everything until then (RBAC warming up)
         self.unavailable = False
+        self.unavailable_plurals: set[str] = set()
         self.requests: list[Request] = []
         self.snapshots: dict[str, tuple[int, list[bytes]]] = {}
         self.watches: list[_Watch] = []
@@ -209,6 +219,31 @@ class FakeKube:
             self.unavailable = value
             self.cond.notify_all()
 
+    def set_unavailable_for(self, plural: str, value: bool) -> None:
+        """503 for one resource only (its watches are cut), as a failing aggregated API or
+        an overloaded priority level."""
+        with self.cond:
+            (self.unavailable_plurals.add if value else self.unavailable_plurals.discard)(plural)
+            self.cond.notify_all()
+
+    def restart(self, rbac_warmup: float = 0.0) -> None:
+        """An API server restart with etcd kept: every watch ends; a cached kind's watch
+        cache starts over at the current revision, so its watches from an older position
+        are 410 (its history in "etcd" stays, for Exact lists); Events are read from etcd
+        directly and resume. With `rbac_warmup`, every request is 403 for that long."""
+        with self.cond:
+            for w in self.watches:
+                w.drop = True
+            for t in self.types.values():
+                if t.cached:
+                    t.base += len(t.history)
+                    t.history.clear()
+                    t.history_rvs.clear()
+                    t.floor = self.rv
+            self.snapshots.clear()
+            self.forbid_all_until = time.monotonic() + rbac_warmup
+            self.cond.notify_all()
+
     def drop_watches(self, plural: str | None = None) -> int:
         """Break every live watch (of `plural`) in the middle of an event line."""
         with self.cond:
@@ -244,8 +279,13 @@ class FakeKube:
     # --- objects ------------------------------------------------------------------------
 
     def create(self, plural: str, obj: dict[str, Any]) -> dict[str, Any]:
+        """As a POST: the status sent is dropped (a pod starts Pending)."""
         t = self.type(plural)
         obj = copy.deepcopy(obj)
+        if t.kind == "Pod":
+            obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
+        elif not t.core:
+            obj.pop("status", None)
         meta = obj.setdefault("metadata", {})
         meta.setdefault("namespace", "default")
         meta["uid"] = meta.get("uid") or str(uuid.uuid4())
@@ -261,7 +301,8 @@ class FakeKube:
             return self._commit(t, "ADDED", key, obj)
 
     def update(self, plural: str, namespace: str, name: str, change: Callable[[dict[str, Any]], Any] | dict[str, Any]) -> dict[str, Any]:
-        """`change` mutates a copy of the object, or is the new object (uid and name kept)."""
+        """`change` mutates a copy of the object, or is the new object (uid and name kept).
+        One write of object and status (a real client writes the status through /status)."""
         t = self.type(plural)
         with self.cond:
             current = t.objects[(namespace, name)]
@@ -277,9 +318,15 @@ class FakeKube:
             return self._commit(t, "MODIFIED", (namespace, name), obj)
 
     def delete(self, plural: str, namespace: str, name: str) -> dict[str, Any]:
+        """As a DELETE with gracePeriodSeconds=0: a pod gets its deletionTimestamp (a
+        MODIFIED) before it is removed."""
         t = self.type(plural)
         with self.cond:
             obj = orjson.loads(orjson.dumps(t.objects[(namespace, name)]))
+            if t.kind == "Pod":
+                obj["metadata"]["deletionTimestamp"] = _now()
+                obj["metadata"]["deletionGracePeriodSeconds"] = 0
+                obj = orjson.loads(orjson.dumps(self._commit(t, "MODIFIED", (namespace, name), obj)))
             return self._commit(t, "DELETED", (namespace, name), obj)
 
     def get(self, plural: str, namespace: str, name: str) -> dict[str, Any]:
@@ -382,14 +429,14 @@ class FakeKube:
         if "json" not in (h.headers.get("Accept") or ""):
             self._send_json(h, 406, status(406, "NotAcceptable", "only JSON is served here"), request)
             return
-        if unavailable:
+        if unavailable or plural in self.unavailable_plurals:
             self._send_json(h, 503, status(503, "ServiceUnavailable", "the server is currently unable to handle the request"), request)
             return
         if not served:
             self._send_json(h, 404, status(404, "NotFound", "the server could not find the requested resource", details={}), request)
             return
         assert t is not None
-        if (verb, plural, namespace) in self.forbidden:
+        if (verb, plural, namespace) in self.forbidden or time.monotonic() < self.forbid_all_until:
             scope = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
             message = f'{plural}{"." + group if group else ""} is forbidden: User "{USER}" cannot {verb} resource "{plural}" in API group "{group}" {scope}'
             self._send_json(h, 403, status(403, "Forbidden", message, details={"group": group, "kind": plural}), request)
@@ -477,7 +524,7 @@ class FakeKube:
     def _serve_watch(self, h, t: ResourceType, version: str, namespace: str | None, params: dict[str, str], request: Request) -> None:
         asked = params.get("resourceVersion") or ""
         timeout = float(params.get("timeoutSeconds") or 1800)
-        bookmarks = params.get("allowWatchBookmarks") == "true" and self.bookmark_interval is not None
+        bookmarks = params.get("allowWatchBookmarks") == "true" and self.bookmark_interval is not None and t.cached
         initial: list[bytes] = []
         with self.cond:
             if asked in ("", "0"):  # "start at most recent": synthetic ADDED for what exists
@@ -518,7 +565,8 @@ class FakeKube:
                     while True:
                         now = time.monotonic()
                         pending = t.base + len(t.history) > cursor
-                        if pending or watch.drop or self._stopping or self.unavailable or now >= deadline:
+                        down = self.unavailable or t.plural in self.unavailable_plurals
+                        if pending or watch.drop or self._stopping or down or now >= deadline:
                             break
                         if bookmarks and now >= next_bookmark:
                             break
@@ -532,7 +580,8 @@ class FakeKube:
                         ended = False
                     cursor = t.base + len(t.history)
                     bookmark_rv = self.rv
-                    drop, stopping, unavailable = watch.drop, self._stopping, self.unavailable
+                    drop, stopping = watch.drop, self._stopping
+                    unavailable = self.unavailable or t.plural in self.unavailable_plurals
                 if drop:
                     self._break(h, lines)
                     return

@@ -69,3 +69,30 @@ def api_factory(tmp_path: Path) -> Iterator[Callable[[FakeKube], KubeApi]]:
 @pytest.fixture
 def api(kube: FakeKube, api_factory: Callable[[FakeKube], KubeApi]) -> KubeApi:
     return api_factory(kube)
+
+
+@pytest.fixture
+def real_api(apiserver: Any) -> Iterator[KubeApi]:
+    """The real client on the real API server, as its admin (tests/conftest.py `apiserver`)."""
+    api = KubeApi(api_client(kubeconfig=str(apiserver.kubeconfig)))
+    yield api
+    api.close()
+
+
+@pytest.fixture(scope="session")
+def ops_applied(apiserver: Any) -> Any:
+    """The real API server with every ops/k8s manifest created with strict field
+    validation, except the GPU event guard's binding (it would refuse the other tests'
+    fault events; the guard's own tests bind it and unbind it)."""
+    from tests.bridge import manifests
+
+    docs = [doc for _, doc in manifests.documents()]
+    # A namespace the manifests use without creating it is the user's (their Kafka's): it
+    # exists in their cluster.
+    created = {doc["metadata"]["name"] for doc in docs if doc["kind"] == "Namespace"}
+    for name in sorted({d["metadata"].get("namespace") for d in docs} - created - {None}):
+        manifests.apply(apiserver, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    for doc in docs:
+        if doc["kind"] != "ValidatingAdmissionPolicyBinding":
+            manifests.apply(apiserver, doc)
+    return apiserver

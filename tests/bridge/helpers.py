@@ -6,14 +6,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
 from app.bridge.positions import MemoryPositions
 from app.bridge.records import BridgeGap, SourceRecord
 from app.bridge.settings import BridgeSettings
-from app.bridge.watcher import Bridge, BridgeStats
+from app.bridge.bridge import Bridge, BridgeStats
 from tests.bridge.apiserver import FakeKube
 
 CLUSTER = "test-a"
@@ -25,6 +25,7 @@ class MemorySink:
     def __init__(self, positions: MemoryPositions | None = None) -> None:
         self.records: list[SourceRecord] = []
         self.gaps: list[BridgeGap] = []
+        self.progress: list[tuple[str, str, bytes]] = []  # (topic, key, value), in order
         self.positions = positions if positions is not None else MemoryPositions()
         self.flushes = 0
         self._lock = threading.Lock()
@@ -34,6 +35,9 @@ class MemorySink:
 
     def publish_gap(self, gap: BridgeGap) -> None:
         self.gaps.append(gap)
+
+    def publish_progress(self, topic: str, key: str, value: bytes) -> None:
+        self.progress.append((topic, key, value))
 
     def flush(self) -> None:
         self.flushes += 1
@@ -159,18 +163,54 @@ PLURAL_OF_KIND = {
 }
 
 
-def apply_story(kube: FakeKube, records: list[dict[str, Any]]) -> int:
-    """Play a story's source records (tests/unit/stories.py) as API operations on the
-    double: ADDED creates, MODIFIED replaces, DELETED deletes. Returns how many changes."""
+class Operation(NamedTuple):
+    op: str  # create | update | delete
+    plural: str
+    namespace: str
+    name: str  # the name the object was created with
+    obj: dict[str, Any]
+
+
+def story_operations(records: list[dict[str, Any]]) -> list[Operation]:
+    """A story's source records (tests/unit/stories.py) as the API calls clients of a real
+    server make. Objects are told apart by their uid in the story: the first record of a
+    uid is a create, then a status write (a create drops the status); a later one an
+    update of that object; DELETED a delete."""
+    operations: list[Operation] = []
+    created: dict[str, tuple[str, str]] = {}  # story uid -> (namespace, name)
     for r in records:
         change, obj = r["value"]["type"], r["value"]["object"]
         plural = PLURAL_OF_KIND[obj["kind"]]
         meta = obj["metadata"]
-        exists = (meta["namespace"], meta["name"]) in kube.type(plural).objects
-        if change == "DELETED":
-            kube.delete(plural, meta["namespace"], meta["name"])
-        elif exists:
-            kube.update(plural, meta["namespace"], meta["name"], obj)
+        if meta["uid"] not in created:
+            created[meta["uid"]] = (meta["namespace"], meta["name"])
+            operations.append(Operation("create", plural, meta["namespace"], meta["name"], obj))
+            if obj.get("status") and plural != "events":
+                operations.append(Operation("update", plural, meta["namespace"], meta["name"], obj))
+            if change != "DELETED":
+                continue
+        namespace, name = created[meta["uid"]]
+        operations.append(Operation("delete" if change == "DELETED" else "update", plural, namespace, name, obj))
+    return operations
+
+
+def watched_changes(records: list[dict[str, Any]]) -> int:
+    """How many changes the watches see when a story is played (a pod's deletion is two)."""
+    return sum(2 if o.op == "delete" and o.plural == "pods" else 1 for o in story_operations(records))
+
+
+def apply_story(kube: FakeKube, records: list[dict[str, Any]]) -> int:
+    """Play a story on the double; returns how many changes the watches will see."""
+    for o in story_operations(records):
+        if o.op == "delete":
+            kube.delete(o.plural, o.namespace, o.name)
+        elif o.op == "create":
+            kube.create(o.plural, o.obj)
         else:
-            kube.create(plural, obj)
-    return len(records)
+            kube.update(o.plural, o.namespace, o.name, o.obj)
+    return watched_changes(records)
+
+
+def source_lines(data: bytes) -> list[bytes]:
+    """The trace lines that are changes, not progress records."""
+    return [line for line in data.splitlines() if b'"type":"BOOKMARK"' not in line]

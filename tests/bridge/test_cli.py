@@ -17,10 +17,10 @@ import orjson
 from app.cli import bridge as bridge_cli
 from app.cli import main as cli_main
 from app.model.envelope import TraceLine
-from app.model.records import CLASSIFIED_FAILURES
+from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER
 from app.replay.pipeline import Pipeline
 from app.replay.trace import read_lines, replay
-from tests.bridge.helpers import CLUSTER, apply_story, pod, wait_for
+from tests.bridge.helpers import CLUSTER, apply_story, pod, source_lines, wait_for, watched_changes
 from tests.unit import builders, stories
 from tests.unit.scenario import final_verdicts
 
@@ -53,9 +53,10 @@ def start_cli(*args: str, **kwargs) -> subprocess.Popen:
 
 def test_record_writes_a_trace_that_classifies_like_the_story(kube, tmp_path):
     records = story()
+    changes = watched_changes(records)
     kubeconfig = kube.write_kubeconfig(tmp_path / "kubeconfig")
     out = tmp_path / "trace.jsonl"
-    proc = start_cli("record", "--kubeconfig", str(kubeconfig), "--cluster", CLUSTER, "--out", str(out), "--max-records", str(len(records)))
+    proc = start_cli("record", "--kubeconfig", str(kubeconfig), "--cluster", CLUSTER, "--out", str(out), "--max-records", str(changes))
     try:
         wait_for(lambda: len(kube.watches) == 8, timeout=30, what="the 8 watches of the recorder")
         apply_story(kube, records)
@@ -63,16 +64,21 @@ def test_record_writes_a_trace_that_classifies_like_the_story(kube, tmp_path):
     finally:
         proc.kill() if proc.poll() is None else None
     assert proc.returncode == 0, stderr.decode()
-    assert f"recorded {len(records)} records to {out}".encode() in stderr
-    lines = out.read_bytes().splitlines()
-    assert len(lines) == len(records)
+    assert f"recorded {changes} records to {out}".encode() in stderr
+    lines = source_lines(out.read_bytes())
+    assert len(lines) == changes
     for line in lines:
         parsed = orjson.loads(line)
         assert list(parsed) == ["topic", "key", "value"]
         TraceLine(**{**parsed, "value": b""})  # the DESIGN.md trace line shape
-    pipeline = Pipeline()
-    recorded = {e.key: e.value for e in replay(read_lines(out), pipeline) if e.topic == CLASSIFIED_FAILURES}
-    assert pipeline.counts["dead_letters"] == 0
+    progress = [orjson.loads(line) for line in out.read_bytes().splitlines() if b'"type":"BOOKMARK"' in line]
+    assert progress, "the trace holds progress records"
+    for line in progress:
+        assert line["key"] == line["value"]["object"]["kind"] and line["value"]["cluster"] == CLUSTER
+    emits = list(replay(read_lines(out), Pipeline()))
+    recorded = {e.key: e.value for e in emits if e.topic == CLASSIFIED_FAILURES}
+    # Every line is read, progress records aside (the pipeline reads those once it knows them).
+    assert [e.value.reason for e in emits if e.topic == DEAD_LETTER and '"BOOKMARK"' not in e.value.value] == []
     assert summary(recorded) == summary(final_verdicts(records))
     assert len(recorded) == 3
 
@@ -85,7 +91,7 @@ def test_record_stops_cleanly_on_ctrl_c(kube, tmp_path):
         wait_for(lambda: kube.watches, timeout=30, what="the recorder's watch")
         for i in range(50):
             kube.create("pods", pod(f"p{i}"))
-        wait_for(lambda: out.exists() and out.read_bytes().count(b"\n") == 50, what="50 lines")
+        wait_for(lambda: out.exists() and len(source_lines(out.read_bytes())) == 50, what="50 lines")
         kube.create("pods", pod("last"))
         proc.send_signal(signal.SIGINT)
         started = time.monotonic()
@@ -96,7 +102,7 @@ def test_record_stops_cleanly_on_ctrl_c(kube, tmp_path):
     assert proc.returncode == 0, stderr.decode()
     data = out.read_bytes()
     assert data.endswith(b"\n")
-    names = [orjson.loads(line)["value"]["object"]["metadata"]["name"] for line in data.splitlines()]
+    names = [orjson.loads(line)["value"]["object"]["metadata"]["name"] for line in source_lines(data)]
     assert len(names) in (50, 51) and names[:50] == [f"p{i}" for i in range(50)]
     assert b"recorded" in stderr and b"Traceback" not in stderr
 
@@ -112,7 +118,7 @@ def test_run_classifies_live_and_prints_verdicts_as_they_come(kube, tmp_path, ca
 
     player = threading.Thread(target=play)
     player.start()
-    code = cli_main(["run", "--kubeconfig", str(kubeconfig), "--cluster", CLUSTER, "--out", str(out), "--max-records", str(len(records))])
+    code = cli_main(["run", "--kubeconfig", str(kubeconfig), "--cluster", CLUSTER, "--out", str(out), "--max-records", str(watched_changes(records))])
     player.join()
     captured = capsys.readouterr()
     assert code == 0, captured.err
@@ -149,3 +155,67 @@ def test_commands_are_registered_with_their_flags():
 def test_a_missing_cluster_name_is_exit_code_2_with_the_fix(capsys):
     assert cli_main(["record", "--out", "/dev/null"]) == 2
     assert "--cluster NAME or set FAULTLINE_CLUSTER" in capsys.readouterr().err
+
+
+def kubeconfig_with_server(path: Path, server: str) -> Path:
+    path.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters:\n- name: c\n  cluster:\n    server: {server}\n"
+        "users:\n- name: u\n  user:\n    token: t\n"
+        "contexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\n"
+    )
+    return path
+
+
+def test_a_kubeconfig_that_does_not_exist_is_named_with_the_fix(tmp_path, capsys):
+    assert cli_main(["record", "--kubeconfig", str(tmp_path / "nope"), "--cluster", "c", "--out", str(tmp_path / "t.jsonl")]) == 1
+    err = capsys.readouterr().err
+    assert f"the kubeconfig {tmp_path / 'nope'} does not exist" in err and "No configuration found" not in err
+
+
+def test_no_kubeconfig_anywhere_says_where_it_looked(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.delenv("FAULTLINE_KUBECONFIG", raising=False)
+    assert cli_main(["run", "--cluster", "c"]) == 1
+    err = capsys.readouterr().err
+    assert "no Kubernetes client configuration" in err and "~/.kube/config does not exist" in err and "--kubeconfig FILE" in err
+
+
+def test_a_kubeconfig_that_is_not_yaml_is_an_error_not_a_traceback(tmp_path, capsys):
+    bad = tmp_path / "kubeconfig"
+    bad.write_text("apiVersion: v1\nclusters: [\n  - name: x\n    cluster: {server: https://h\n")
+    assert cli_main(["record", "--kubeconfig", str(bad), "--cluster", "c", "--out", str(tmp_path / "t.jsonl")]) == 1
+    err = capsys.readouterr().err
+    assert f"the kubeconfig {bad} is not valid YAML (line" in err and "Traceback" not in err
+
+
+def test_an_api_server_host_that_does_not_resolve_fails_at_once(tmp_path, capsys):
+    kubeconfig = kubeconfig_with_server(tmp_path / "kubeconfig", "https://nowhere.invalid:6443")
+    started = time.monotonic()
+    assert cli_main(["record", "--kubeconfig", str(kubeconfig), "--cluster", "c", "--out", str(tmp_path / "t.jsonl")]) == 1
+    assert time.monotonic() - started < 5
+    err = capsys.readouterr().err
+    assert "cannot resolve the API server's host 'nowhere.invalid'" in err and "server address in the kubeconfig" in err
+
+
+def test_an_unreachable_api_server_is_retried_then_given_up_with_one_line_per_watch(tmp_path, capsys, caplog):
+    import logging
+    import socket
+
+    caplog.set_level(logging.INFO, logger="faultline.bridge")
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    kubeconfig = kubeconfig_with_server(tmp_path / "kubeconfig", f"http://127.0.0.1:{port}")
+    code = cli_main(["record", "--kubeconfig", str(kubeconfig), "--cluster", "c", "--kinds", "Pod,Event", "--out", str(tmp_path / "t.jsonl"),
+                     "--give-up-after", "1", "--backoff-initial", "0.05", "--backoff-max", "0.2"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "has failed every request for" in err and "connection refused" in err and "--give-up-after" in err
+    logged = [r.getMessage() for r in caplog.records]
+    for kind in ("Pod", "Event"):
+        lines = [m for m in logged if m.startswith(f"{kind} (all namespaces): connection refused")]
+        assert len(lines) == 1, logged  # one line per outage, however many tries
+    assert not any(r.exc_info for r in caplog.records) and not any("urllib3" in m for m in logged)

@@ -10,7 +10,7 @@ import pytest
 from app.bridge import settings as bridge_settings
 from app.bridge.client import KubeApi, api_client
 from app.bridge.errors import BridgeError, Forbidden, Unauthorized
-from app.bridge.watcher import Bridge
+from app.bridge.bridge import Bridge
 from app.settings import SettingsError
 from tests.bridge.helpers import MemorySink, Running, pod, settings, wait_for
 
@@ -22,7 +22,7 @@ def test_an_absent_crd_is_skipped_with_one_log_line_and_picked_up_once_installed
     sink = MemorySink()
     running = Running(Bridge(api, sink, settings(kinds="Pod,RayJob", crd_recheck=0.1)))
     wait_for(lambda: len(sink.records) == 1)  # the other kinds are not held up
-    wait_for(lambda: running.bridge.streams[1].counts["absent_checks"] >= 4, what="several rechecks")
+    wait_for(lambda: running.bridge.watches[1].counts["absent_checks"] >= 4, what="several rechecks")
     absent = [r for r in caplog.records if "RayJob" in r.getMessage() and "not served" in r.getMessage()]
     assert len(absent) == 1
     assert "ray.io/v1 rayjobs" in absent[0].getMessage() and "CRD" in absent[0].getMessage()
@@ -45,7 +45,7 @@ def test_forbidden_list_says_which_verb_resource_scope_and_the_rule_that_fixes_i
     message = str(error)
     assert "RBAC forbids the bridge to list pods (v1 Pod) at the cluster scope (all namespaces)" in message
     assert 'User "system:serviceaccount:faultline:faultline-bridge" cannot list resource "pods"' in message  # the server's words
-    assert '- apiGroups: [""]\n      resources: ["pods"]\n      verbs: ["get", "list", "watch"]' in message
+    assert '- apiGroups: [""]\n      resources: ["pods"]\n      verbs: ["list", "watch"]' in message
     assert "ClusterRoleBinding" in message and "ops/k8s/rbac.yaml" in message
 
 
@@ -119,11 +119,14 @@ def test_settings_from_environment_and_flags():
     assert loaded.cluster == "prod-a" and loaded.watch_timeout == 60 and loaded.namespace_list() == ["ml", "infer"]
 
 
-def test_the_watcher_knows_neither_kafka_nor_http():
+def test_the_bridge_knows_neither_kafka_nor_http_nor_the_pipeline():
     import subprocess
     import sys
 
-    code = "import sys, app.bridge.watcher, app.bridge.sinks; print(sorted(m for m in ('kafka', 'kubernetes', 'urllib3') if m in sys.modules))"
+    code = (
+        "import sys, app.bridge.bridge, app.bridge.sinks; "
+        "print(sorted(m for m in ('kafka', 'kubernetes', 'urllib3', 'app.replay', 'app.stream') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from app.bridge.records import ALL_NAMESPACES
-from app.bridge.watcher import Bridge
+from app.bridge.bridge import Bridge
 from tests.bridge.apiserver import FakeKube
 from tests.bridge.helpers import (
     CLUSTER,
@@ -247,7 +247,7 @@ def test_outage_is_retried_with_capped_exponential_backoff(kube, api):
     assert 4 <= len(during) <= 30, len(during)
     assert all(r.code == 503 for r in during[1:])
     assert len(content_lists(kube, "pods")) == 1  # resumed, not relisted
-    stream = running.bridge.streams[0]
+    stream = running.bridge.watches[0]
     assert stream.counts["retries"] >= 5
 
 
@@ -327,7 +327,7 @@ def test_relist_after_gone_converges_over_many_pages(kube, api):
         assert obj == served_as_watch_object(kube, "pods", "ml", name)
     vanished = {f"p{i:03d}" for i in range(300)} - alive
     assert sink.gaps[0].deleted == len(vanished) > 0
-    assert len(running.bridge.streams[0].known) == len(alive)
+    assert len(running.bridge.watches[0].known) == len(alive)
 
 
 def test_watch_stops_promptly_and_leaves_no_thread(kube, api):

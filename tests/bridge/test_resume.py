@@ -10,7 +10,7 @@ import pytest
 
 from app.bridge.errors import DeliveryError
 from app.bridge.positions import MemoryPositions
-from app.bridge.watcher import Bridge
+from app.bridge.bridge import Bridge
 from tests.bridge.helpers import (
     CLUSTER,
     MemorySink,
@@ -45,13 +45,14 @@ def test_restart_resumes_from_the_checkpoint_with_no_missed_change(kube, api):
     kube.delete("pods", "ml", "p2")
     kube.create("pods", pod("p10"))
     kube.update("pods", "ml", "p10", bump)
-    down_time = [("MODIFIED", "p1"), ("DELETED", "p2"), ("ADDED", "p10"), ("MODIFIED", "p10")]
+    # A pod's deletion: its deletionTimestamp (MODIFIED), then DELETED.
+    down_time = [("MODIFIED", "p1"), ("MODIFIED", "p2"), ("DELETED", "p2"), ("ADDED", "p10"), ("MODIFIED", "p10")]
 
     second = MemorySink(positions)
     running = Running(Bridge(api, second, settings(kinds="Pod")))
-    wait_for(lambda: len(second.records) == 4)
-    kube.update("pods", "ml", "p3", bump)  # and after the restart, as usual
     wait_for(lambda: len(second.records) == 5)
+    kube.update("pods", "ml", "p3", bump)  # and after the restart, as usual
+    wait_for(lambda: len(second.records) == 6)
 
     assert [(t, n) for t, n, _ in second.changes()] == [*down_time, ("MODIFIED", "p3")]
     watch = kube.requests_of("watch", "pods")[-1]
@@ -69,7 +70,7 @@ def test_restart_resumes_from_the_checkpoint_with_no_missed_change(kube, api):
     kube.set_unavailable(False)
     wait_for(lambda: second.gaps, what="the gap marker")
     running.stop()
-    deleted = [e["object"] for e in second.envelopes()[5:] if e["type"] == "DELETED"]
+    deleted = [e["object"] for e in second.envelopes()[6:] if e["type"] == "DELETED"]
     assert deleted == [p4_published]
     assert second.gaps[0].deleted == 1 and second.gaps[0].deletions_complete
 

@@ -22,7 +22,7 @@ from app.bridge.client import KubeApi, api_client
 from app.bridge.kafka_sink import KafkaPositions, KafkaSink, ensure_topics
 from app.bridge.records import BRIDGE_GAPS, BRIDGE_POSITIONS
 from app.bridge.settings import BridgeSettings
-from app.bridge.watcher import Bridge
+from app.bridge.bridge import Bridge
 from app.model.records import CLASSIFIED_FAILURES
 from app.settings import Settings
 from app.kafka.topics import create_topics
@@ -53,6 +53,11 @@ def read_all(bootstrap: str, topic: str) -> list:
         return records
     finally:
         consumer.close()
+
+
+def changes_in(bootstrap: str, topic: str) -> list:
+    """A source topic's change records, without the bridge's progress records."""
+    return [r for r in read_all(bootstrap, topic) if orjson.loads(r.value)["type"] != "BOOKMARK"]
 
 
 def watch_settings(**overrides) -> BridgeSettings:
@@ -131,15 +136,15 @@ def test_bridge_to_kafka_then_a_restart_resumes_from_the_positions_topic(kube, k
     finally:
         stop_bridge(running, sink, api)
 
-    records = read_all(kafka_settings.bootstrap, kafka_settings.topic("k8s.pods"))
+    records = changes_in(kafka_settings.bootstrap, kafka_settings.topic("k8s.pods"))
     per_key: dict[str, list[tuple[str, int]]] = defaultdict(list)
     for rec in records:
         envelope = orjson.loads(rec.value)
         assert rec.key.decode() == envelope["object"]["metadata"]["uid"] and envelope["cluster"] == CLUSTER
         per_key[envelope["object"]["metadata"]["name"]].append((envelope["type"], int(envelope["object"]["metadata"]["resourceVersion"])))
-    assert len(records) == 23  # 20 listed, 3 changes while down: nothing republished
+    assert len(records) == 24  # 20 listed, 4 changes while down: nothing republished
     assert [t for t, _ in per_key["p01"]] == ["ADDED", "MODIFIED"]
-    assert [t for t, _ in per_key["p02"]] == ["ADDED", "DELETED"]
+    assert [t for t, _ in per_key["p02"]] == ["ADDED", "MODIFIED", "DELETED"]  # deletionTimestamp, then gone
     assert [t for t, _ in per_key["p20"]] == ["ADDED"]
     for changes in per_key.values():
         assert [rv for _, rv in changes] == sorted(rv for _, rv in changes)  # per-key order on its partition
@@ -176,7 +181,7 @@ def test_a_gap_marker_reaches_its_own_topic(kube, kafka_settings, tmp_path):
     value = orjson.loads(gap.value)
     assert gap.key.decode() == f"{CLUSTER}/Pod"
     assert value["schema"] == "faultline.BridgeGap/v1" and value["deleted"] == 1 and value["relisted_resource_version"] == str(kube.rv)
-    pods = [orjson.loads(r.value) for r in read_all(kafka_settings.bootstrap, kafka_settings.topic("k8s.pods"))]
+    pods = [orjson.loads(r.value) for r in changes_in(kafka_settings.bootstrap, kafka_settings.topic("k8s.pods"))]
     # Kafka orders records per partition only: b's own records end with its deletion.
     changes_of_b = [p["type"] for p in pods if p["object"]["metadata"]["name"] == "b"]
     assert changes_of_b[-1] == "DELETED" and changes_of_b.count("DELETED") == 1
@@ -252,7 +257,7 @@ def test_faultline_bridge_command_publishes_and_stops_cleanly_on_sigterm(kube, k
     try:
         wait_for(lambda: kube.watches, timeout=60, what="the bridge's watch")
         kube.update("pods", "ml", "p0", bump)
-        wait_for(lambda: len(read_all(kafka_settings.bootstrap, kafka_settings.topic("k8s.pods"))) == 6, timeout=60, what="6 records")
+        wait_for(lambda: len(changes_in(kafka_settings.bootstrap, kafka_settings.topic("k8s.pods"))) == 6, timeout=60, what="6 records")
         assert (tmp_path / "heartbeat").exists()
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=60)
@@ -263,3 +268,105 @@ def test_faultline_bridge_command_publishes_and_stops_cleanly_on_sigterm(kube, k
     assert proc.returncode == 0, stderr.decode()
     assert b"stopping (signal SIGTERM)" in stderr and b"Traceback" not in stderr
     assert saved_position(kafka_settings, "Pod") == str(kube.rv)
+
+
+def progress_records(records: list) -> list:
+    return [r for r in records if orjson.loads(r.value)["type"] == "BOOKMARK"]
+
+
+def observed_us(value: bytes) -> int:
+    at = datetime.strptime(orjson.loads(value)["observed_at"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc)
+    return int(at.timestamp()) * 1_000_000 + at.microsecond
+
+
+def test_r12_2_progress_reaches_every_partition_after_every_record_of_its_time(kube, kafka_settings, tmp_path):
+    for i in range(10):
+        kube.create("pods", pod(f"p{i}"))
+    running, sink, api = run_bridge(kube, kafka_settings, tmp_path, kinds="Pod", progress_interval=0.05)
+    try:
+        wait_for(lambda: running.bridge.watches and running.bridge.watches[0].progress.live, what="the watch")
+        for _ in range(20):
+            for i in range(10):
+                kube.update("pods", "ml", f"p{i}", bump)
+        wait_for(lambda: running.bridge.stats.records == 210 and running.bridge.stats.progress > 5, timeout=60, what="records and progress")
+    finally:
+        stop_bridge(running, sink, api)
+    records = read_all(kafka_settings.bootstrap, kafka_settings.topic("k8s.pods"))
+    by_partition: dict[int, list] = defaultdict(list)
+    for r in records:
+        by_partition[r.partition].append(r)
+    assert set(by_partition) == set(range(PARTITIONS))
+    for partition, recs in by_partition.items():
+        marks = progress_records(recs)
+        assert marks, f"partition {partition} got no progress record"
+        for mark in marks:
+            assert mark.key == b"Pod"
+            at = observed_us(mark.value)
+            late = [r for r in recs if r.offset > mark.offset and orjson.loads(r.value)["type"] != "BOOKMARK" and observed_us(r.value) < at]
+            assert late == [], f"partition {partition}: a record from before progress {at} came after it"
+    # The same progress time on every partition, in the same order.
+    times = {p: [observed_us(m.value) for m in progress_records(recs)] for p, recs in by_partition.items()}
+    assert len({tuple(t) for t in times.values()}) == 1
+
+
+def test_r12_2_no_progress_for_records_kafka_did_not_acknowledge(kube, topic_prefix, tmp_path):
+    """The broker goes away while the bridge flushes: the records received since were never
+    acknowledged (they expire), the bridge stops, and even with the broker back before its
+    producer is closed, no progress record claims them."""
+    from tests.conftest import load_ops_module
+
+    from app.bridge.errors import DeliveryError
+    from app.bridge.records import now_us
+
+    local_broker = load_ops_module("ops/kafka/local_broker.py")
+    broker = local_broker.LocalBroker(tmp_path / "kafka", port=local_broker.free_port())
+    bootstrap = broker.start()
+    try:
+        settings = Settings(bootstrap=bootstrap, topic_prefix=topic_prefix, partitions=PARTITIONS)
+        create_topics(settings)
+        ensure_topics(settings)
+        for name in ("a", "b"):
+            kube.create("pods", pod(name))
+        api = KubeApi(api_client(kubeconfig=str(kube.write_kubeconfig(tmp_path / "kubeconfig"))))
+        sink = KafkaSink(settings, flush_timeout=30, delivery_timeout=3)
+        running = Running(Bridge(api, sink, watch_settings(kinds="Pod", progress_interval=0.1)))
+        try:
+            wait_for(lambda: running.bridge.stats.progress >= 3, timeout=60, what="progress while the broker is up")
+            broker.stop()  # the connection breaks
+            broken = now_us()
+            made = [kube.update("pods", "ml", name, bump)["metadata"]["resourceVersion"] for name in ("a", "b", "a")]
+            running.join(timeout=60)
+            assert isinstance(running.error, DeliveryError), running.error
+            broker.start()  # back before the producer is closed: anything it still holds goes out now
+        finally:
+            sink.close()
+            api.close()
+        records = read_all(bootstrap, settings.topic("k8s.pods"))
+    finally:
+        broker.stop()
+    written = {orjson.loads(r.value)["object"]["metadata"].get("resourceVersion") for r in records}
+    lost = [rv for rv in made if rv not in written]
+    assert lost, "the changes made while the broker was away were expected to be lost"
+    marks = progress_records(records)
+    assert marks, "progress from before the break"
+    assert max(observed_us(m.value) for m in marks) < broken  # nothing received after the break is claimed
+
+
+def test_a_first_start_says_once_that_no_positions_are_saved(kube, kafka_settings, tmp_path, caplog):
+    import logging
+
+    caplog.set_level(logging.INFO, logger="faultline.bridge")
+    kube.create("pods", pod("a"))
+    for run in (1, 2):
+        caplog.clear()
+        running, sink, api = run_bridge(kube, kafka_settings, tmp_path, kinds="Pod")
+        try:
+            wait_for(lambda: saved_position(kafka_settings, "Pod") == str(kube.rv), timeout=60, what="the checkpoint")
+        finally:
+            stop_bridge(running, sink, api)
+        said = [r.getMessage() for r in caplog.records if "no saved positions" in r.getMessage()]
+        if run == 1:
+            assert said == [f"no saved positions for cluster {CLUSTER} in topic {kafka_settings.topic(BRIDGE_POSITIONS)}: "
+                            "a first start, so every kind is listed from the start"]
+        else:
+            assert said == []

@@ -1,0 +1,145 @@
+"""Helpers of the tests on the real API server (tests/conftest.py `apiserver`): a namespace
+of one's own, and a story (tests/unit/stories.py) played as the API calls its
+controllers would make."""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import subprocess
+import sys
+import uuid
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from tests.bridge.helpers import story_operations
+
+# What a client may send of an object's metadata on create (the server sets the rest).
+CREATE_METADATA = ("name", "labels", "annotations", "ownerReferences")
+
+
+def namespace(kube: Any, prefix: str = "t") -> str:
+    """A new namespace with its default ServiceAccount (no controller-manager creates it,
+    and a pod cannot be created without it)."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    kube.call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    kube.call("POST", f"/api/v1/namespaces/{name}/serviceaccounts", {"metadata": {"name": "default"}})
+    return name
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def faultline_env() -> dict[str, str]:
+    """The environment of a `faultline` subprocess: the caller's without FAULTLINE_*
+    settings (the tests pass every setting they mean)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("FAULTLINE_")} | {"PYTHONPATH": str(ROOT)}
+
+
+def faultline(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """`faultline ARGS` to its end."""
+    return subprocess.run([sys.executable, "-m", "app", *args], cwd=ROOT, env=faultline_env(), capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def wrong_ca_kubeconfig(kube: Any, tmp_path: Path) -> Path:
+    """A kubeconfig for `kube` that trusts another CA than the one that signed it."""
+    from tests.conftest import local_apiserver
+
+    other_ca, _ = local_apiserver().make_ca(tmp_path / "other-ca")
+    return kube.write_kubeconfig(tmp_path / "kubeconfig", ca_file=other_ca)
+
+
+def seconds_after_start(result: subprocess.CompletedProcess[str], ended: float) -> float:
+    """From a watch command's "watching ..." log line (Python started, imports done, the
+    watches starting) to its exit at `ended` (time.time())."""
+    found = re.search(r"^(\S+ \S+) INFO faultline\.bridge: watching ", result.stderr, re.M)
+    assert found, result.stderr
+    return ended - datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+def collection_path(api_version: str, plural: str, ns: str) -> str:
+    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    return f"{base}/namespaces/{ns}/{plural}"
+
+
+class StoryPlayer:
+    """Plays story records in namespace `ns`. The server assigns every uid, so each uid of
+    the story is replaced by the one its object got, wherever it is referred to (an
+    Event's involvedObject, a Workload's job-uid label, an ownerReference)."""
+
+    def __init__(self, kube: Any, ns: str) -> None:
+        self.kube, self.ns = kube, ns
+        self.uids: dict[str, str] = {}  # story uid -> real uid
+        self.current: dict[tuple[str, str], dict[str, Any]] = {}  # (plural, name) -> the object as last served
+        self.changes = 0  # writes that changed an object (each is one watch event)
+
+    def play(self, records: list[dict[str, Any]]) -> int:
+        """Returns how many changes the watches see."""
+        for o in story_operations(records):
+            obj = self._mapped(o.obj)
+            if o.op == "create":
+                self._create(o.plural, obj)
+            elif o.op == "delete":
+                self._delete(o.plural, o.name)
+            else:
+                self._update(o.plural, o.name, obj)
+        return self.changes
+
+    def _mapped(self, obj: dict[str, Any]) -> dict[str, Any]:
+        def walk(value: Any) -> Any:
+            if isinstance(value, dict):
+                return {k: walk(v) for k, v in value.items()}
+            if isinstance(value, list):
+                return [walk(v) for v in value]
+            if isinstance(value, str):
+                return self.uids.get(value, value)
+            return value
+
+        mapped = walk(copy.deepcopy(obj))
+        mapped["metadata"]["namespace"] = self.ns
+        if isinstance(mapped.get("involvedObject"), dict):
+            mapped["involvedObject"]["namespace"] = self.ns
+        return mapped
+
+    def _path(self, obj: dict[str, Any], plural: str, name: str | None = None, status: bool = False) -> str:
+        path = collection_path(obj["apiVersion"], plural, self.ns)
+        return path + (f"/{name}" if name else "") + ("/status" if status else "")
+
+    def _write(self, method: str, path: str, body: Any, plural: str, name: str) -> dict[str, Any]:
+        before = self.current.get((plural, name), {}).get("metadata", {}).get("resourceVersion")
+        served = self.kube.call(method, path, body)
+        if served["metadata"]["resourceVersion"] != before:
+            self.changes += 1
+        self.current[(plural, name)] = served
+        return served
+
+    def _create(self, plural: str, obj: dict[str, Any]) -> None:
+        story_uid = obj["metadata"]["uid"]
+        body = {k: v for k, v in obj.items() if k != "status"}
+        body["metadata"] = {k: v for k, v in obj["metadata"].items() if k in CREATE_METADATA}
+        served = self._write("POST", self._path(obj, plural), body, plural, obj["metadata"]["name"])
+        self.uids[story_uid] = served["metadata"]["uid"]
+
+    def _update(self, plural: str, name: str, obj: dict[str, Any]) -> None:
+        current = self.current[(plural, name)]
+        if plural == "events":  # an Event has no status: the whole object, as a recorder writes it
+            body = {**obj, "metadata": current["metadata"]}
+            self._write("PUT", self._path(obj, plural, name), body, plural, name)
+            return
+        meta = {**current["metadata"], **{k: v for k, v in obj["metadata"].items() if k in ("labels", "annotations")}}
+        if plural != "pods":  # a pod's spec is immutable (nodeName included)
+            current = self._write("PUT", self._path(obj, plural, name), {**current, "metadata": meta, "spec": obj.get("spec", {})}, plural, name)
+        elif meta != current["metadata"]:
+            current = self._write("PUT", self._path(obj, plural, name), {**current, "metadata": meta}, plural, name)
+        if "status" in obj:
+            self._write("PUT", self._path(obj, plural, name, status=True), {**current, "status": obj["status"]}, plural, name)
+
+    def _delete(self, plural: str, name: str) -> None:
+        current = self.current.pop((plural, name))
+        body = {"gracePeriodSeconds": 0} if plural == "pods" else None
+        self.kube.call("DELETE", self._path(current, plural, name), body)
+        self.changes += 2 if plural == "pods" else 1  # a pod: deletionTimestamp, then gone
+
