@@ -2,29 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
-from types import ModuleType
 
-LOCAL_BROKER_PY = Path(__file__).resolve().parents[1] / "ops" / "kafka" / "local_broker.py"
-
-
-def load_local_broker() -> ModuleType:
-    """ops/kafka/local_broker.py, which is a standalone script and no package, loaded by path
-    once per process (the integration tests use it too)."""
-    name = "faultline_local_broker"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, LOCAL_BROKER_PY)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # before it runs: its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+from ops.kafka.local_broker import LocalBroker
 
 
 @contextmanager
@@ -33,5 +15,5 @@ def kafka() -> Iterator[str]:
     if external:
         yield external
         return
-    with load_local_broker().LocalBroker() as broker:
+    with LocalBroker() as broker:
         yield broker.bootstrap

@@ -12,7 +12,6 @@ the bridge relists. It must find nothing changed and publish nothing: no record,
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import re
 import subprocess
 import sys
@@ -22,14 +21,9 @@ from pathlib import Path
 
 import orjson
 
+from ops.kube import local_apiserver
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def local_apiserver():
-    spec = importlib.util.spec_from_file_location("faultline_local_apiserver", ROOT / "ops" / "kube" / "local_apiserver.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def populate(kube, ns: str) -> int:
@@ -56,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compaction", default="1m", help="kube-apiserver --etcd-compaction-interval")
     parser.add_argument("--watch-timeout", type=int, default=300, help="the bridge's --watch-timeout (default: its own default)")
     args = parser.parse_args(argv)
-    module = local_apiserver()
+    module = local_apiserver
     with tempfile.TemporaryDirectory(prefix="faultline-quiet-") as tmp, module.LocalApiServer(Path(tmp) / "kube", compaction_interval=args.compaction) as kube:
         objects = populate(kube, "quiet")
         trace, log = Path(tmp) / "trace.jsonl", Path(tmp) / "record.log"

@@ -16,9 +16,9 @@ from pathlib import Path
 
 from kafka import KafkaProducer
 
+from app.kafka.topics import create_topics
 from app.replay.pipeline import Pipeline
 from app.settings import load
-from app.kafka.topics import create_topics
 from bench.broker import kafka
 from bench.tracegen import generate
 

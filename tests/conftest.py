@@ -4,8 +4,6 @@ ops/kube/local_apiserver.py), one per test session. Tests that use it are marked
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -16,22 +14,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def load_ops_module(relative: str) -> ModuleType:
-    """A standalone module of ops/ (not a package), loaded by path once per process."""
-    path = ROOT / relative
-    name = "faultline_ops_" + path.stem
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+def local_apiserver() -> ModuleType:
+    from ops.kube import local_apiserver
 
-
-def local_apiserver() -> Any:
-    return load_ops_module("ops/kube/local_apiserver.py")
+    return local_apiserver
 
 
 @pytest.fixture(scope="session")

@@ -357,8 +357,8 @@ def test_k8s_service_and_scrape_annotations_reach_the_workers_metrics() -> None:
     assert service["spec"]["selector"] == workers["selector"]["matchLabels"]
     assert [p["targetPort"] for p in service["spec"]["ports"]] == [c["name"] for c in container["ports"]]
     assert [c["containerPort"] for c in container["ports"]] == [int(port)]
-    for annotations in (service["metadata"]["annotations"], workers["template"]["metadata"]["annotations"]):
-        assert annotations == {"prometheus.io/scrape": "true", "prometheus.io/port": port, "prometheus.io/path": "/metrics"}
+    for scrape in (service["metadata"]["annotations"], workers["template"]["metadata"]["annotations"]):
+        assert scrape == {"prometheus.io/scrape": "true", "prometheus.io/port": port, "prometheus.io/path": "/metrics"}
 
 
 def test_k8s_a_drain_takes_one_worker_at_a_time() -> None:

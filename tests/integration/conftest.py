@@ -9,18 +9,15 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
+from ops.kafka.local_broker import LocalBroker
+
 HERE = Path(__file__).resolve().parent
 
 
-def _load_local_broker() -> ModuleType:
-    from bench.broker import load_local_broker
-
-    return load_local_broker()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -42,7 +39,7 @@ def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield external
         return
     # A pytest-managed dir (not deleted by stop()) so the broker logs survive a failed run.
-    broker = _load_local_broker().LocalBroker(tmp_path_factory.mktemp("kafka"))
+    broker = LocalBroker(tmp_path_factory.mktemp("kafka"))
     try:
         yield broker.start()
     finally:

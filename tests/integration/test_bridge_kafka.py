@@ -15,21 +15,20 @@ from pathlib import Path
 
 import orjson
 import pytest
+from conftest import stop_process
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType
 
+from app.bridge.bridge import Bridge
 from app.bridge.client import KubeApi, api_client
 from app.bridge.kafka_sink import KafkaPositions, KafkaSink, ensure_topics
 from app.bridge.records import BRIDGE_GAPS, BRIDGE_POSITIONS
 from app.bridge.settings import BridgeSettings
-from app.bridge.bridge import Bridge
+from app.kafka.topics import create_topics
 from app.model.records import CLASSIFIED_FAILURES
 from app.settings import Settings
-from app.kafka.topics import create_topics
 from tests.bridge.apiserver import FakeKube
 from tests.bridge.helpers import Running, apply_story, bump, pod, wait_for
-
-from conftest import stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = "it-a"
@@ -313,12 +312,10 @@ def test_r12_2_no_progress_for_records_kafka_did_not_acknowledge(kube, topic_pre
     """The broker goes away while the bridge flushes: the records received since were never
     acknowledged (they expire), the bridge stops, and even with the broker back before its
     producer is closed, no progress record claims them."""
-    from tests.conftest import load_ops_module
-
     from app.bridge.errors import DeliveryError
     from app.bridge.records import now_us
+    from ops.kafka import local_broker
 
-    local_broker = load_ops_module("ops/kafka/local_broker.py")
     broker = local_broker.LocalBroker(tmp_path / "kafka", port=local_broker.free_port())
     bootstrap = broker.start()
     try:

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import orjson
 import pytest
-from conftest import _load_local_broker, stop_process
+from conftest import stop_process
 from tls import CertAuthority, make_ca
 
 from app.model.records import CLASSIFIED_FAILURES
+from ops.kafka import local_broker
 from tests.bridge.apiserver import FakeKube
 from tests.bridge.helpers import apply_story, wait_for
 
@@ -50,7 +51,6 @@ class SecureBroker:
 
 @pytest.fixture(scope="module")
 def secure_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
-    local_broker = _load_local_broker()
     ca = make_ca(tmp_path_factory.mktemp("ca"))
     broker = local_broker.LocalBroker(tmp_path_factory.mktemp("kafka-sasl-ssl"), sasl_ssl=local_broker.SaslSsl(ca.broker_keystore, USERS))
     plaintext = broker.start()
