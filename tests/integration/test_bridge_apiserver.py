@@ -18,7 +18,7 @@ import pytest
 
 from app.model.records import CLASSIFIED_FAILURES
 from app.settings import Settings
-from app.stream.topics import create_topics
+from app.kafka.topics import create_topics
 from tests.bridge.helpers import wait_for
 from tests.bridge.realkube import ROOT, StoryPlayer, faultline_env, namespace, seconds_after_start, wrong_ca_kubeconfig
 from tests.unit import builders, stories

@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 
 from app.settings import Settings
-from app.stream.topics import create_topics
+from app.kafka.topics import create_topics
 from tests.integration.test_bridge_kafka import read_all
 
 ROOT = Path(__file__).resolve().parents[2]
