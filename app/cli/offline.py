@@ -92,14 +92,16 @@ def require_trace(path: Path) -> None:
 
 def report_dead_letter(emit: Emit) -> None:
     letter = emit.value
-    print(f"faultline: line {letter.offset}: skipped ({letter.reason})", file=sys.stderr)
+    # A record a later stage refused (an internal record) has no line of its own.
+    where = f"line {letter.offset}" if letter.offset is not None else f"{letter.topic} record {letter.key}"
+    print(f"faultline: {where}: skipped ({letter.reason})", file=sys.stderr)
 
 
 def finish_run(pipeline: Pipeline) -> int:
     """Non-zero only when nothing at all could be read (R11.1: bad lines are skipped)."""
     records, bad = pipeline.counts["records"], pipeline.counts["dead_letters"]
     if bad:
-        print(f"faultline: {bad} of {records} records could not be read and were skipped", file=sys.stderr)
+        print(f"faultline: {bad} of {records} records could not be used and were skipped (dead letters)", file=sys.stderr)
     if records == bad:
         print("faultline: no record could be read", file=sys.stderr)
         return 1
@@ -215,7 +217,7 @@ def _replay_output(source: str, args: argparse.Namespace) -> dict[str, Classifie
     for number, line in read_lines(path):
         try:
             record = _OUTPUT_LINE.decode(line)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, RecursionError) as exc:
             raise SystemExit(f"faultline: {path} line {number}: not a `faultline replay` output record ({exc})") from None
         records.append((record.topic, record.key, record.value))
     return final_verdicts(records)

@@ -16,7 +16,8 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 
 from app import settings as settings_mod
-from app.model.envelope import BOOKMARK, SOURCE_TOPICS, TraceLine
+from app.model.decode import BadRecord, parse_trace_line
+from app.model.envelope import BOOKMARK, SOURCE_TOPICS
 from app.replay.trace import read_lines
 from app.rulefile import RuleFileError, load_rules
 from app.settings import Settings, SettingsError
@@ -103,9 +104,6 @@ def run_worker(args: argparse.Namespace) -> int:
     return run(app, settings)
 
 
-_LINE = msgspec.json.Decoder(TraceLine)
-
-
 class _Change(msgspec.Struct):
     type: str = ""
 
@@ -116,7 +114,7 @@ _CHANGE = msgspec.json.Decoder(_Change)
 def _is_progress(value: bytes) -> bool:
     try:
         return _CHANGE.decode(value).type == BOOKMARK
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return False  # published as it is; the stages dead-letter it
 
 
@@ -141,10 +139,10 @@ def run_publish(args: argparse.Namespace) -> int:
     try:
         for number, line in read_lines(args.trace):
             try:
-                record = _LINE.decode(line)
-            except msgspec.DecodeError as exc:
+                record = parse_trace_line(line)
+            except BadRecord as exc:
                 skipped += 1
-                print(f"faultline: line {number}: not a trace record ({exc}); skipped", file=sys.stderr)
+                print(f"faultline: line {number}: {exc}; skipped", file=sys.stderr)
                 continue
             if record.topic not in SOURCE_TOPICS:
                 skipped += 1
@@ -181,7 +179,7 @@ def _value_of(raw: bytes | None) -> msgspec.Raw | str | None:
         return None
     try:
         msgspec.json.decode(raw)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):  # shown as text, as any value that is not JSON
         return raw.decode("utf-8", "replace")
     return msgspec.Raw(raw)
 

@@ -47,7 +47,11 @@ class AttemptLabels(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     attempt: str = "attempt"
 
 
-Seconds = Annotated[float, msgspec.Meta(ge=0)]
+# At most a century: a time plus any of them stays a time (SPEC R11.3: no overflow).
+CENTURY = 100 * 366 * 86400
+Seconds = Annotated[float, msgspec.Meta(ge=0, le=CENTURY)]
+Count = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
+Length = Annotated[int, msgspec.Meta(ge=16, le=1 << 20)]
 RuleSetName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=64)]
 
 
@@ -60,7 +64,7 @@ class Rules(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True):
     # R2.5b: a fault event must come from the pod's node.
     node_trust: bool = True
     # R7.4: stream time an attempt's state is kept after its terminal verdict.
-    retention_seconds: Annotated[float, msgspec.Meta(gt=0)] = 6 * 3600
+    retention_seconds: Annotated[float, msgspec.Meta(gt=0, le=CENTURY)] = 6 * 3600
     # R9.2: resume a preempted gang, per JobSet annotation, else this default.
     resume_after_preemption: bool = False
     resume_annotation: str = "faultline.io/resume-after-preemption"
@@ -73,6 +77,17 @@ class Rules(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True):
     child_pod_labels: tuple[str, ...] = DEFAULT_CHILD_POD_LABELS
     # R3: the Xid table is part of the rule set.
     xid: XidTable = DEFAULT_XID_TABLE
+    # R11.4: a source record observed more than this ahead of its topic's watermark is a
+    # clock fault (dead-lettered; stream time does not move on it).
+    max_clock_skew_seconds: Seconds = 3600
+    # R11.5: what one key's state may hold (docs/rules.md, *Bounded state*).
+    max_faults_per_pod: Annotated[int, msgspec.Meta(ge=8, le=1_000_000)] = 32  # >= the 6 always kept
+    max_token_chars: Length = 256  # a fault's tokens (gpu_uuid, pci, node, process), reasons
+    max_message_chars: Length = 4096  # a message (pod, container, condition)
+    max_generations: Count = 64  # JobSet generations restarted in place an attempt keeps
+    # The most bytes of one state value or output record (JSON): a record whose fold would
+    # write more is dead-lettered. Well under the broker's 1 MiB message limit.
+    max_value_bytes: Annotated[int, msgspec.Meta(ge=4096, le=900 * 1024)] = 512 * 1024
 
     @cached_property
     def window(self) -> timedelta:
@@ -89,6 +104,17 @@ class Rules(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True):
     @cached_property
     def retention(self) -> timedelta:
         return timedelta(seconds=self.retention_seconds)
+
+    @cached_property
+    def max_clock_skew(self) -> timedelta:
+        return timedelta(seconds=self.max_clock_skew_seconds)
+
+    @cached_property
+    def time_margin(self) -> timedelta:
+        """The most the rules add to or take from a record time (R11.3: a record time
+        closer than this to the calendar's ends is out of range)."""
+        longest = max(self.window_seconds, self.slack_seconds, self.watch_skew_seconds, self.retention_seconds, self.max_clock_skew_seconds)
+        return timedelta(seconds=longest, days=1)
 
     @cached_property
     def pod_labels_read(self) -> tuple[str, ...]:

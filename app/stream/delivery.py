@@ -197,12 +197,13 @@ class Delivery:
                     await self.app.crash(exc)
                     return
 
-    async def send(self, emits: list[Emit], origin: Origin, batch: Batch, index: int = 0) -> int:
+    async def send(self, emits: list[Emit], origin: Origin, batch: Batch, index: int = 0, encoded: list[bytes] | None = None) -> int:
         """Send every output; the batch waits for Kafka's acknowledgements (step 4).
         Progress goes to every partition of its topic (SPEC R12.3). `index` numbers the
-        records `origin` caused (a re-keyed record's position); returns the next one."""
-        for emit in emits:
-            value = emit.value if isinstance(emit.value, bytes) else encode(emit.value)
+        records `origin` caused (a re-keyed record's position); returns the next one.
+        `encoded`: the outputs' bytes, when the fold policy has them already."""
+        for i, emit in enumerate(emits):
+            value = encoded[i] if encoded is not None else emit.value if isinstance(emit.value, bytes) else encode(emit.value)
             topic = self.out[emit.topic]
             targets = range(self.settings.partitions) if to_every_partition(emit) else (None,)
             for partition in targets:

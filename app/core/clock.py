@@ -1,0 +1,48 @@
+"""Record times the rules can use (SPEC R11.3 out-of-range times, R11.4 clock faults).
+
+Both are checked on a source record before it is folded or moves stream time, by every
+driver (`topology.time_fault`).
+
+- Out of range: the rules add to and take from a record's time (windows, retention,
+  skews); a time closer than that to the calendar's ends (0001-01-01, 9999-12-31) would
+  overflow. Such a record is dead-lettered, progress (BOOKMARK) included.
+- Clock fault: a change observed more than `max_clock_skew` after its topic's watermark
+  at the stage. The watermark follows the bridge's own progress (R12), so the bridge's
+  clock cannot be that far ahead of what it has already said. The check needs the
+  watermark of the record's own topic and cluster (the stage's least watermark over
+  several topics can lag because the reader does): before it exists there is nothing to
+  measure against — without progress, a quiet gap of hours between records is
+  legitimate, and a trace without BOOKMARKs is never checked. Progress records are never
+  clock faults: progress is how stream time legitimately jumps after a quiet gap.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from app.core.rules import Rules
+
+CLOCK_FAULT = "clock fault"  # how every clock fault's reason starts (drivers count them)
+_FIRST = datetime.min.replace(tzinfo=None)
+_LAST = datetime.max.replace(tzinfo=None)
+
+
+def out_of_range(at: datetime, rules: Rules) -> str | None:
+    """R11.3: why `at` (a record's observed_at) is too close to the calendar's ends for
+    the rules' arithmetic, or None."""
+    naive = at.replace(tzinfo=None)
+    if naive - _FIRST < rules.time_margin or _LAST - naive < rules.time_margin:
+        return f"observed_at {at.isoformat()} is out of range: the rules need {rules.time_margin} either side of a record time"
+    return None
+
+
+def clock_fault(at: datetime, watermark: datetime | None, where: str, rules: Rules) -> str | None:
+    """R11.4: why a change observed at `at` is a clock fault given the watermark of its
+    topic and cluster (`where`) at the stage, or None."""
+    if watermark is None or at - watermark <= rules.max_clock_skew:
+        return None
+    ahead = (at - watermark).total_seconds()
+    return (
+        f"{CLOCK_FAULT}: observed_at {at.isoformat()} is {ahead:.0f} s ahead of the watermark "
+        f"{watermark.isoformat()} of {where}, more than max_clock_skew ({rules.max_clock_skew_seconds:g} s)"
+    )
