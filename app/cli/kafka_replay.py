@@ -39,7 +39,7 @@ def run_replay_from_kafka(args: argparse.Namespace, rules: Rules) -> int:
     out = None if sink else (sys.stdout.buffer if str(args.out) == "-" else args.out.open("wb"))
 
     async def replay() -> None:
-        history = KafkaHistory(settings, since=args.since, until=args.until)
+        history = KafkaHistory(settings, since=args.since, until=args.until, rules=rules)
         await history.open()
         progress = Progress(history.total)
         try:

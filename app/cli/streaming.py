@@ -97,11 +97,11 @@ def run_worker(args: argparse.Namespace) -> int:
     from app.stream.app import build_app, run_worker as run  # imports Faust: only here
     from app.web.faust_mount import mount
 
-    app, _, fleet = build_app(settings, rules)
+    app, stages, fleet = build_app(settings, rules)
     if settings.web_port != 0:
         mount(app, fleet)  # the fleet page under /fleet/, Prometheus /metrics
     print(f"faultline: worker {settings.app_id} with rules {rules.version}", file=sys.stderr, flush=True)
-    return run(app, settings)
+    return run(app, stages, settings)
 
 
 class _Change(msgspec.Struct):

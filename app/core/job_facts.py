@@ -7,6 +7,7 @@ from datetime import datetime
 
 from app.core.attempt import attempt_of
 from app.core.bounds import Trim
+from app.core.clock import require_in_range
 from app.core.child_pods import TRACKED_GROUPS, TRACKED_KINDS
 from app.core.emit import Emit
 from app.core.gang import gang_input_of
@@ -19,8 +20,9 @@ from app.model.facts import ATTEMPT_FACTS, CrdFailure, JobFacts
 from app.model.k8s import Job
 
 
-def job_facts_of(change: ChangeType, observed_at: datetime, cluster: str, job: Job, trim: Trim) -> JobFacts:
+def job_facts_of(change: ChangeType, observed_at: datetime, cluster: str, job: Job, trim: Trim, rules: Rules) -> JobFacts:
     failed = crd_failure_of(job)
+    require_in_range((("the failed condition's lastTransitionTime", failed[1] if failed else None),), rules)
     return JobFacts(
         cluster=cluster,
         namespace=job.metadata.namespace,
@@ -45,7 +47,7 @@ def route_job(change: ChangeType, observed_at: datetime, cluster: str, job: Job,
     if attempt is None:
         return []
     trim = Trim(rules)
-    return [Emit(ATTEMPT_FACTS, attempt.key, job_facts_of(change, observed_at, cluster, job, trim)), *trim.dropped()]
+    return [Emit(ATTEMPT_FACTS, attempt.key, job_facts_of(change, observed_at, cluster, job, trim, rules)), *trim.dropped()]
 
 
 def route_job_record(_: None, __: str, envelope: TypedEnvelope[Job], rules: Rules, marks: Watermarks) -> tuple[None, list[Emit]]:

@@ -15,6 +15,7 @@ import msgspec
 from app.core.attempt import attempt_of, is_child_pod
 from app.core.bounds import DROPPED_FAULTS, Trim, kept_faults
 from app.core.child_pods import declared_primary
+from app.core.clock import require_in_range
 from app.core.emit import Emit, dropped
 from app.core.fault_events import FaultEvent, fault_event_of, is_trusted, merge_updates
 from app.core.progress import Watermarks
@@ -210,6 +211,8 @@ def fold_pod(
     previous = state.pod
     trim = Trim(rules)
     facts = pod_facts_of(change, observed_at, cluster, pod, previous, rules, trim)
+    times = (("container finishedAt", c.finished_at) for c in facts.containers)
+    require_in_range((("metadata.deletionTimestamp", facts.deletion_timestamp), *times), rules)
     faults = _trustworthy(state.faults, facts.node_name, rules)
     forwarded, emits = _forward(previous, _with_faults(facts, faults, rules), observed_at, rules)
     state = msgspec.structs.replace(state, last_activity=last_activity, seen=seen, pod=forwarded, faults=faults)
@@ -242,6 +245,7 @@ def fold_event(
     fault = fault_event_of(event, rules.xid)
     if fault is None:
         return state, []
+    require_in_range((("the fault's first seen time", fault.first_seen), ("the fault's last seen time", fault.last_seen)), rules)
     trim = Trim(rules)
     parsed = trim.parsed(fault.parsed)
     if parsed is not fault.parsed:

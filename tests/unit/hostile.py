@@ -85,12 +85,25 @@ def out_of_range_times(t0: datetime) -> Records:
 
 
 def far_object_times(run: str, t0: datetime) -> Records:
-    """A failed pod task whose container says it finished at 9999-12-31 (an object
-    timestamp, not the record's time), with a fault: nothing may overflow."""
+    """Times inside objects at the calendar's ends: a container that finished at
+    9999-12-31, a fault first seen at 0001-01-01, a JobSet that failed at 9999-12-31.
+    The first record of each object is fine; the ones carrying such a time are refused."""
     p = _pod_task(run, t0)
     failed = b.updated(p, phase="Failed", containerStatuses=[{"name": "main", "state": b.terminated(1, t0)}])
     failed["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"] = "9999-12-31T23:59:59Z"
-    return [b.record(p, t0 - b.minutes(30), "ADDED"), b.record(b.event(p, code=79, first=t0 - b.minutes(1)), t0 - b.minutes(1), "ADDED"), b.record(failed, t0)]
+    fault = b.event(p, code=79, first=t0 - b.minutes(1))
+    fault["firstTimestamp"] = "0001-01-01T00:00:00Z"
+    labels = b.attempt_labels(run=run, action="gang")
+    js = b.jobset(f"{run}-gang", labels=labels)
+    broken = b.jobset(f"{run}-gang", labels=labels, job_uid=js["metadata"]["uid"], conditions=[b.condition("Failed", "FailedJobs", "", t0)])
+    broken["status"]["conditions"][0]["lastTransitionTime"] = "9999-12-31T23:59:59Z"
+    return [
+        b.record(p, t0 - b.minutes(30), "ADDED"),
+        b.record(js, t0 - b.minutes(30), "ADDED"),
+        b.record(fault, t0 - b.minutes(1), "ADDED"),
+        b.record(failed, t0),
+        b.record(broken, t0),
+    ]
 
 
 # --- R11.4: clocks --------------------------------------------------------------------------------

@@ -75,14 +75,17 @@ def test_r11_3_out_of_range_times_are_dead_lettered_and_move_no_stream_time() ->
     assert _verdict_runs(valid) == {"nightly-7f3a"}
 
 
-def test_r11_3_object_times_at_the_calendars_end_fold_without_error() -> None:
-    """A container that says it finished at 9999-12-31: its anchor is there (R5.1), the
-    fault is not near it, and nothing overflows."""
-    out = _feed(new_pipeline(), hostile.far_object_times("calendar", T0))
-    assert not _letters(out)
-    [verdict] = [e.value for e in out if e.topic == CLASSIFIED_FAILURES]
-    assert verdict.code == "Error" and verdict.gpu_fault is None
-    assert [e.value.fault.code for e in out if e.topic == FAULTS] == [79]
+def test_r11_3_object_times_at_the_calendars_end_refuse_their_record() -> None:
+    """A finishedAt, a fault's first seen time, a failed condition's lastTransitionTime at
+    0001-01-01 or 9999-12-31: the rules compute with them and publish them, so the record
+    carrying one is dead-lettered; the objects' other records are folded."""
+    pipeline = new_pipeline()
+    out = _feed(pipeline, hostile.far_object_times("calendar", T0))
+    letters = _letters(out)
+    assert [x.offset for x in letters] == [2, 3, 4] and all("is out of range" in x.reason for x in letters)
+    assert "container finishedAt 9999-12-31" in letters[1].reason and "first seen time 0001-01-01" in letters[0].reason
+    assert not [e for e in out if e.topic in (CLASSIFIED_FAILURES, FAULTS)]
+    assert {s.pod.phase for s in pipeline.states["pods"].values() if s.pod is not None} == {"Running"}
 
 
 def test_r11_3_a_slash_in_an_attempt_label_is_dead_lettered_with_its_reason() -> None:
