@@ -32,7 +32,8 @@ class StopDeadline:
             if self.reason is not None:
                 return
             self.reason = reason
-        log.error("faultline: worker stopping: %s (it exits within %g s)", reason, self.timeout)
+        level = logging.ERROR if code else logging.WARNING  # a requested stop is no error
+        log.log(level, "faultline: worker stopping: %s (it exits within %g s)", reason, self.timeout)
         timer = threading.Timer(self.timeout, self._expire, args=(code,))
         timer.daemon = True
         timer.start()

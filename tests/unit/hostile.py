@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 
+from app.core.emit import Emit
+from app.replay.pipeline import Pipeline
 from tests.unit import builders as b
 
 Records = list[dict[str, Any]]
@@ -24,6 +26,15 @@ DEPTH = 1_200  # deeper than msgspec's recursion limit (1,000)
 def value_bytes(line: dict[str, Any]) -> bytes:
     value = line["value"]
     return value if isinstance(value, bytes) else orjson.dumps(value)
+
+
+def feed(pipeline: Pipeline, lines: Records, finish: bool = True) -> list[Emit]:
+    """Every line through `pipeline` (offset: its index, partition 0), then the end of
+    the input unless `finish` is False."""
+    out: list[Emit] = []
+    for offset, line in enumerate(lines):
+        out += pipeline.feed(line["topic"], line["key"], value_bytes(line), offset=offset, partition=0)
+    return out + pipeline.finish() if finish else out
 
 
 def trace_line(line: dict[str, Any]) -> bytes:

@@ -17,20 +17,12 @@ from app.core.emit import Emit
 from app.core.topology import STAGE_OF
 from app.model.envelope import PODS
 from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, FAULTS
-from app.replay.pipeline import Pipeline
 from tests.unit import hostile
 from tests.unit.builders import CLUSTER, T0
 from tests.unit.drivers import new_pipeline
 from tests.unit.stories import pod_task_nvlink, pod_task_plain_failure
 
 pytestmark = pytest.mark.usefixtures("driver")  # every rule through every driver
-
-
-def _feed(pipeline: Pipeline, lines: list[dict[str, Any]]) -> list[Emit]:
-    out: list[Emit] = []
-    for offset, line in enumerate(lines):
-        out += pipeline.feed(line["topic"], line["key"], hostile.value_bytes(line), offset=offset, partition=0)
-    return out + pipeline.finish()
 
 
 def _letters(out: list[Emit]) -> list[Any]:
@@ -42,7 +34,7 @@ def _verdict_runs(out: list[Emit]) -> set[str]:
 
 
 def test_r11_3_records_nested_too_deeply_are_dead_lettered_and_the_stream_goes_on() -> None:
-    out = _feed(new_pipeline(), hostile.nested(T0) + pod_task_nvlink())
+    out = hostile.feed(new_pipeline(), hostile.nested(T0) + pod_task_nvlink())
     letters = _letters(out)
     assert [(x.topic, x.offset) for x in letters] == [("k8s.pods", 0), ("k8s.events", 1)]
     assert all("nested too deeply" in x.reason for x in letters)
@@ -65,9 +57,9 @@ def test_r11_3_a_dead_letter_stays_small_whatever_the_record() -> None:
 
 def test_r11_3_out_of_range_times_are_dead_lettered_and_move_no_stream_time() -> None:
     pipeline = new_pipeline()
-    valid = _feed(pipeline, pod_task_nvlink())
+    valid = hostile.feed(pipeline, pod_task_nvlink())
     before = pipeline.clock(STAGE_OF[PODS], CLUSTER)
-    out = _feed(pipeline, hostile.out_of_range_times(T0))
+    out = hostile.feed(pipeline, hostile.out_of_range_times(T0))
     letters = _letters(out)
     assert len(letters) == 3 and all("out of range" in x.reason for x in letters)
     assert pipeline.clock(STAGE_OF[PODS], CLUSTER) == before
@@ -80,7 +72,7 @@ def test_r11_3_object_times_at_the_calendars_end_refuse_their_record() -> None:
     0001-01-01 or 9999-12-31: the rules compute with them and publish them, so the record
     carrying one is dead-lettered; the objects' other records are folded."""
     pipeline = new_pipeline()
-    out = _feed(pipeline, hostile.far_object_times("calendar", T0))
+    out = hostile.feed(pipeline, hostile.far_object_times("calendar", T0))
     letters = _letters(out)
     assert [x.offset for x in letters] == [2, 3, 4] and all("is out of range" in x.reason for x in letters)
     assert "container finishedAt 9999-12-31" in letters[1].reason and "first seen time 0001-01-01" in letters[0].reason
@@ -89,7 +81,7 @@ def test_r11_3_object_times_at_the_calendars_end_refuse_their_record() -> None:
 
 
 def test_r11_3_a_slash_in_an_attempt_label_is_dead_lettered_with_its_reason() -> None:
-    out = _feed(new_pipeline(), hostile.slash_label(T0) + pod_task_plain_failure())
+    out = hostile.feed(new_pipeline(), hostile.slash_label(T0) + pod_task_plain_failure())
     letters = _letters(out)
     assert [x.offset for x in letters] == [0, 1] and {x.topic for x in letters} == {"k8s.pods"}
     assert all("label run 'run/with/slashes' contains '/'" in x.reason for x in letters)
@@ -109,7 +101,7 @@ def test_r11_3_an_output_that_cannot_be_encoded_fails_only_its_record(monkeypatc
 
     monkeypatch.setitem(topology.INPUT_OF, PODS, msgspec.structs.replace(real, fold=fold_pod))
     pipeline = new_pipeline()
-    out = _feed(pipeline, story + pod_task_plain_failure())
+    out = hostile.feed(pipeline, story + pod_task_plain_failure())
     letters = _letters(out)
     assert [x.offset for x in letters] == [4, 5] and all("TypeError" in x.reason for x in letters)
     assert _verdict_runs(out) == {"etl-19"}  # the nvlink pod's failure never got through
@@ -126,6 +118,6 @@ def test_r11_3_records_from_a_hostile_trace_file_are_read_as_the_worker_reads_th
     trace.write_bytes(b"".join(hostile.trace_line(line) + b"\n" for line in lines))
     pipeline = new_pipeline()
     letters = [e.value for e in replay(read_lines(trace), pipeline) if e.topic == DEAD_LETTER]
-    direct = _letters(_feed(new_pipeline(), lines))
+    direct = _letters(hostile.feed(new_pipeline(), lines))
     assert [(x.topic, x.key, x.reason, x.value) for x in letters] == [(x.topic, x.key, x.reason, x.value) for x in direct]
     assert orjson.loads(hostile.trace_line(pod_task_plain_failure()[0]))["topic"] == PODS

@@ -31,13 +31,6 @@ def _valid(t0: datetime = b.T0) -> list[dict[str, Any]]:
     return b.with_progress(records)
 
 
-def _feed(pipeline: Pipeline, lines: list[dict[str, Any]], finish: bool = True) -> list:
-    out = []
-    for offset, line in enumerate(lines):
-        out += pipeline.feed(line["topic"], line["key"], hostile.value_bytes(line), offset=offset, partition=0)
-    return out + pipeline.finish() if finish else out
-
-
 def _pod_record(name: str, at: datetime) -> dict[str, Any]:
     return b.record(b.pod(name, labels=b.attempt_labels(run=name)), at, "ADDED")
 
@@ -51,7 +44,7 @@ def test_r11_4_a_change_far_ahead_of_its_topics_watermark_is_a_clock_fault() -> 
     valid = _valid()
     pipeline = new_pipeline()
     head, tail = valid[:40], valid[40:]
-    out = _feed(pipeline, head, finish=False)
+    out = hostile.feed(pipeline, head, finish=False)
     clock = pipeline.clock(STAGE_OF[PODS], b.CLUSTER)
     watermark = pipeline.marks["pods"].of(b.CLUSTER, PODS)
     assert watermark is not None
@@ -62,13 +55,13 @@ def test_r11_4_a_change_far_ahead_of_its_topics_watermark_is_a_clock_fault() -> 
     assert pipeline.counts["clock_faults"] == 1
     assert pipeline.clock(STAGE_OF[PODS], b.CLUSTER) == clock and pipeline.latest[b.CLUSTER] < watermark + timedelta(hours=1)
     assert not any("ahead" in str(state.pod) for state in pipeline.states["pods"].values())
-    rest = _feed(pipeline, tail)
+    rest = hostile.feed(pipeline, tail)
     assert _final(rest) and not [e for e in rest if e.topic == DEAD_LETTER]
 
 
 def test_r11_4_within_the_skew_a_record_is_folded() -> None:
     pipeline = new_pipeline()
-    _feed(pipeline, _valid()[:40], finish=False)
+    hostile.feed(pipeline, _valid()[:40], finish=False)
     watermark = pipeline.marks["pods"].of(b.CLUSTER, PODS)
     assert watermark is not None
     near = _pod_record("near", watermark + timedelta(minutes=59))
@@ -78,7 +71,7 @@ def test_r11_4_within_the_skew_a_record_is_folded() -> None:
 
 def test_r11_4_without_progress_a_quiet_gap_of_hours_is_no_clock_fault() -> None:
     records = pod_task_plain_failure(run="before", t0=b.T0) + pod_task_plain_failure(run="after", t0=b.T0 + timedelta(hours=9))
-    out = _feed(new_pipeline(), records)
+    out = hostile.feed(new_pipeline(), records)
     assert not [e for e in out if e.topic == DEAD_LETTER]
     assert {e.value.run for e in out if e.topic == CLASSIFIED_FAILURES} == {"before", "after"}
 
@@ -89,7 +82,7 @@ def test_r11_4_progress_is_never_a_clock_fault_and_records_after_it_are_measured
     records = b.with_progress(pod_task_plain_failure(run="before", t0=b.T0))
     records += [b.progress(topic, later) for topic in b.SOURCE_KINDS]
     records += b.with_progress(pod_task_plain_failure(run="after", t0=later + b.minutes(1)))
-    out = _feed(new_pipeline(), records)
+    out = hostile.feed(new_pipeline(), records)
     assert not [e for e in out if e.topic == DEAD_LETTER]
     assert {e.value.run for e in out if e.topic == CLASSIFIED_FAILURES} == {"before", "after"}
 
@@ -99,7 +92,7 @@ def test_r11_4_max_clock_skew_is_a_rule_setting() -> None:
     assert wide.version != Rules().version
     for rules, folded in ((Rules(), False), (wide, True)):
         pipeline = Pipeline(rules, wire=new_pipeline().wire)
-        _feed(pipeline, _valid()[:40], finish=False)
+        hostile.feed(pipeline, _valid()[:40], finish=False)
         watermark = pipeline.marks["pods"].of(b.CLUSTER, PODS)
         assert watermark is not None
         line = _pod_record("two-hours-ahead", watermark + timedelta(hours=2))
@@ -112,11 +105,11 @@ def test_r11_4_records_dated_far_away_change_no_valid_verdict() -> None:
     verdicts (a future time drove expiry). Ahead they are clock faults; behind, late
     records of their own objects."""
     valid = _valid()
-    expected = _final(_feed(new_pipeline(), valid))
+    expected = _final(hostile.feed(new_pipeline(), valid))
     far = hostile.far_times("far", b.T0, count=1_950)
     mixed = valid[:30] + far + valid[30:]
     pipeline = new_pipeline()
-    out = _feed(pipeline, mixed)
+    out = hostile.feed(pipeline, mixed)
     got = _final(out)
     assert {k: v for k, v in got.items() if "/far-" not in k} == expected
     letters = [e.value for e in out if e.topic == DEAD_LETTER]

@@ -25,13 +25,6 @@ from tests.unit.stories import pod_task_plain_failure
 pytestmark = pytest.mark.usefixtures("driver")  # every rule through every driver
 
 
-def _feed(pipeline: Pipeline, lines: list[dict[str, Any]]) -> list[Emit]:
-    out: list[Emit] = []
-    for offset, line in enumerate(lines):
-        out += pipeline.feed(line["topic"], line["key"], hostile.value_bytes(line), offset=offset, partition=0)
-    return out + pipeline.finish()
-
-
 def _verdict(out: list[Emit]) -> Any:
     return [e.value for e in out if e.topic == CLASSIFIED_FAILURES][-1]
 
@@ -43,7 +36,7 @@ def _largest_state(pipeline: Pipeline) -> int:
 def test_r11_5_a_fault_flood_keeps_at_most_max_faults_per_pod_and_counts_the_rest() -> None:
     flood = hostile.fault_flood("flood", b.T0, count=3_000)
     pipeline = new_pipeline()
-    out = _feed(pipeline, flood)
+    out = hostile.feed(pipeline, flood)
     [state] = pipeline.states["pods"].values()
     assert len(state.faults) == DEFAULT_RULES.max_faults_per_pod == 32
     assert pipeline.counts["dropped_faults"] == 3_000 - 32
@@ -56,7 +49,7 @@ def test_r11_5_a_fault_flood_keeps_at_most_max_faults_per_pod_and_counts_the_res
 
 def test_r11_5_without_the_fault_limit_the_byte_bound_holds_the_line() -> None:
     pipeline = Pipeline(Rules(max_faults_per_pod=10_000), wire=new_pipeline().wire)
-    out = _feed(pipeline, hostile.fault_flood("flood", b.T0, count=1_200))  # ~730 fit in 512 KiB
+    out = hostile.feed(pipeline, hostile.fault_flood("flood", b.T0, count=1_200))  # ~730 fit in 512 KiB
     letters = [e.value for e in out if e.topic == DEAD_LETTER]
     assert len(letters) > 400 and all("over max_value_bytes (524288)" in x.reason for x in letters)
     assert _largest_state(pipeline) <= 512 * 1024
@@ -64,7 +57,7 @@ def test_r11_5_without_the_fault_limit_the_byte_bound_holds_the_line() -> None:
 
 def test_r11_5_faults_from_another_node_are_not_kept_once_the_pod_is_known() -> None:
     pipeline = new_pipeline()
-    out = _feed(pipeline, hostile.fault_flood("elsewhere", b.T0, count=3_100, trusted=False))
+    out = hostile.feed(pipeline, hostile.fault_flood("elsewhere", b.T0, count=3_100, trusted=False))
     [state] = pipeline.states["pods"].values()
     assert state.faults == {} and pipeline.counts["dropped_faults"] == 0  # R2.5b: they never can be trusted
     assert not [e for e in out if e.topic == FAULTS] and _verdict(out).gpu_fault is None
@@ -73,7 +66,7 @@ def test_r11_5_faults_from_another_node_are_not_kept_once_the_pod_is_known() -> 
 def test_r11_5_faults_held_before_their_pod_is_known_are_bounded_too() -> None:
     flood = hostile.fault_flood("early", b.T0, count=100)
     pipeline = new_pipeline()
-    _feed(pipeline, flood[1:-1])  # the Events, never their pod
+    hostile.feed(pipeline, flood[1:-1])  # the Events, never their pod
     [state] = pipeline.states["pods"].values()
     assert state.pod is None and len(state.faults) == 32 and pipeline.counts["dropped_faults"] == 68
 
@@ -100,7 +93,7 @@ def test_r11_5_the_earliest_fault_of_each_severity_is_kept_and_then_the_latest()
 
 def test_r11_5_long_tokens_and_messages_are_cut_and_counted() -> None:
     pipeline = new_pipeline()
-    out = _feed(pipeline, hostile.long_tokens("tokens", b.T0))
+    out = hostile.feed(pipeline, hostile.long_tokens("tokens", b.T0))
     faults = [e.value.fault for e in out if e.topic == FAULTS]
     assert len(faults) == 6 and all(len(f.process) == DEFAULT_RULES.max_token_chars and f.process.endswith("…") for f in faults)
     verdict = _verdict(out)
@@ -118,7 +111,7 @@ def test_r11_5_a_record_that_would_push_a_state_past_max_value_bytes_is_dead_let
         {"name": f"sidecar-{i:03d}", "state": b.running()} for i in range(200)
     ]
     pipeline = Pipeline(rules, wire=new_pipeline().wire)
-    out = _feed(pipeline, [story[0], wide])
+    out = hostile.feed(pipeline, [story[0], wide])
     [letter] = [e.value for e in out if e.topic == DEAD_LETTER]
     assert "over max_value_bytes (4096)" in letter.reason and letter.offset == 1 and letter.topic == "k8s.pods"
     [state] = pipeline.states["pods"].values()
@@ -128,7 +121,7 @@ def test_r11_5_a_record_that_would_push_a_state_past_max_value_bytes_is_dead_let
 
 def test_r11_5_generations_kept_per_attempt_are_bounded() -> None:
     pipeline = new_pipeline()
-    out = _feed(pipeline, hostile.restart_storm("storm", b.T0))  # restarts: 0 -> 1,000,000,000
+    out = hostile.feed(pipeline, hostile.restart_storm("storm", b.T0))  # restarts: 0 -> 1,000,000,000
     [state] = pipeline.states["attempts"].values()
     assert sorted(state.restart_seen_at) == list(range(1_000_000_000 - 64, 1_000_000_000))
     assert pipeline.counts["dropped_generations"] == 1_000_000_000 - 64
