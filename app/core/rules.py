@@ -114,7 +114,7 @@ class Rules(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True):
         """The most the rules add to or take from a record time (R11.3: a record time
         closer than this to the calendar's ends is out of range)."""
         longest = max(self.window_seconds, self.slack_seconds, self.watch_skew_seconds, self.retention_seconds, self.max_clock_skew_seconds)
-        return timedelta(seconds=longest, days=1)
+        return timedelta(seconds=longest, days=366)  # and room for any window a reader of the outputs adds
 
     @cached_property
     def pod_labels_read(self) -> tuple[str, ...]:

@@ -157,7 +157,7 @@ def _checked(stage: Stage, key: str, given: Any, result: tuple[Any, list[Emit]],
     emit_bytes = [_encode(e.value) for e in emits]  # an output that cannot be encoded fails its record
     for emit, raw in zip(emits, emit_bytes):
         if len(raw) > limit:
-            return Failed(f"stage {stage.name}: its {emit.topic} record for this record would be {len(raw)} bytes, over max_value_bytes ({limit})")
+            return Failed(f"stage {stage.name}: this record would write a {emit.topic} record of {len(raw)} bytes, over max_value_bytes ({limit})")
     state_bytes = None
     if state is not None and state is not given:
         state_bytes = _encode(state)
