@@ -29,17 +29,15 @@ from app.core.rules import Rules
 from app.model.decode import BadRecord
 
 CLOCK_FAULT = "clock fault"  # how every clock fault's reason starts (drivers count them)
-_FIRST = datetime.min.replace(tzinfo=None)
-_LAST = datetime.max.replace(tzinfo=None)
 
 
 def out_of_range(at: datetime, rules: Rules) -> str | None:
     """R11.3: why `at` (a record's observed_at) is too close to the calendar's ends for
     the rules' arithmetic, or None."""
-    naive = at.replace(tzinfo=None)
-    if naive - _FIRST < rules.time_margin or _LAST - naive < rules.time_margin:
-        return f"observed_at {at.isoformat()} is out of range: the rules need {rules.time_margin} either side of a record time"
-    return None
+    first, last = rules.usable_times
+    if first <= at <= last:
+        return None
+    return f"observed_at {at.isoformat()} is out of range: the rules need {rules.time_margin} either side of a record time"
 
 
 def require_in_range(times: Iterable[tuple[str, datetime | None]], rules: Rules) -> None:

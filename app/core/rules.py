@@ -7,7 +7,7 @@ settings, so changing either changes the version stamped on every verdict.
 from __future__ import annotations
 
 import hashlib
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from functools import cached_property
 from typing import Annotated
 
@@ -115,6 +115,11 @@ class Rules(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True):
         closer than this to the calendar's ends is out of range)."""
         longest = max(self.window_seconds, self.slack_seconds, self.watch_skew_seconds, self.retention_seconds, self.max_clock_skew_seconds)
         return timedelta(seconds=longest, days=366)  # and room for any window a reader of the outputs adds
+
+    @cached_property
+    def usable_times(self) -> tuple[datetime, datetime]:
+        """The first and last record times the rules can compute with (R11.3)."""
+        return datetime.min.replace(tzinfo=timezone.utc) + self.time_margin, datetime.max.replace(tzinfo=timezone.utc) - self.time_margin
 
     @cached_property
     def pod_labels_read(self) -> tuple[str, ...]:

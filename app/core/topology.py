@@ -145,28 +145,34 @@ class Applied(NamedTuple):
 _encode = msgspec.json.Encoder().encode  # the bytes the drivers write (app/stream/codecs.py)
 
 
+_NO_DROPS: dict[str, int] = {}
+
+
 def _checked(stage: Stage, key: str, given: Any, result: tuple[Any, list[Emit]], rules: Rules) -> Applied | Failed:
     state, emits = result
-    dropped: dict[str, int] = {}
-    if any(e.topic == DROPPED for e in emits):
-        for e in emits:
-            if e.topic == DROPPED:
-                dropped[e.key] = dropped.get(e.key, 0) + e.value
-        emits = [e for e in emits if e.topic != DROPPED]
+    changed = state is not None and state is not given
+    if not emits and not changed:
+        return Applied(state, emits, None, [], _NO_DROPS)  # most records: nothing to write
     limit = rules.max_value_bytes
-    emit_bytes = [_encode(e.value) for e in emits]  # an output that cannot be encoded fails its record
-    for emit, raw in zip(emits, emit_bytes):
+    dropped, written, emit_bytes = _NO_DROPS, [], []
+    for emit in emits:
+        if emit.topic == DROPPED:
+            dropped = {**dropped, emit.key: dropped.get(emit.key, 0) + emit.value}
+            continue
+        raw = _encode(emit.value)  # an output that cannot be encoded fails its record
         if len(raw) > limit:
             return Failed(f"stage {stage.name}: this record would write a {emit.topic} record of {len(raw)} bytes, over max_value_bytes ({limit})")
+        written.append(emit)
+        emit_bytes.append(raw)
     state_bytes = None
-    if state is not None and state is not given:
+    if changed:
         state_bytes = _encode(state)
         if len(state_bytes) > limit:
             return Failed(
                 f"stage {stage.name}: the state of {key[:256]} would grow to {len(state_bytes)} bytes with this record, "
                 f"over max_value_bytes ({limit}); the state stays as it was (SPEC R11.5)"
             )
-    return Applied(state, emits, state_bytes, emit_bytes, dropped)
+    return Applied(state, written, state_bytes, emit_bytes, dropped)
 
 
 def _failure(stage: Stage, exc: Exception, what: str) -> Failed:
