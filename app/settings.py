@@ -179,6 +179,27 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     fleet_history_hours: Annotated[
         int, msgspec.Meta(ge=1, le=24 * 90, description="hourly fleet buckets kept (stream time); at least quarantine_window")
     ] = 48
+    stop_timeout: Annotated[
+        float,
+        msgspec.Meta(
+            gt=0,
+            le=3600,
+            description="seconds a worker that decided to stop (an error, a hole in its input, SIGTERM) may take to "
+            "shut down before it exits anyway; what was not committed is delivered again",
+        ),
+    ] = 30.0
+    rocksdb_block_cache_bytes: Annotated[
+        int,
+        msgspec.Meta(ge=1 << 20, le=1 << 40, description="one RocksDB block cache shared by every table partition of the worker (bytes)"),
+    ] = 32 << 20
+    rocksdb_write_buffer_bytes: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1 << 20,
+            le=1 << 40,
+            description="most bytes of RocksDB write buffers (memtables) of all the worker's table partitions together",
+        ),
+    ] = 32 << 20
     rules: Annotated[
         str,
         msgspec.Meta(
@@ -242,6 +263,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     @property
     def app_id(self) -> str:
         return self.topic_prefix + self.app_name
+
+    @property
+    def worker_dir(self) -> str:
+        """This app's directory under data_dir (Faust's tables, the in-flight notes)."""
+        return os.path.join(self.data_dir, self.app_id)
 
 
 # Settings read from the environment only: a flag would show them in the process list.

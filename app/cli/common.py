@@ -124,7 +124,9 @@ def close_out(out: IO[bytes] | None) -> None:
 
 def report_dead_letter(emit: Emit) -> None:
     letter = emit.value
-    print(f"faultline: line {letter.offset}: skipped ({letter.reason})", file=sys.stderr)
+    # A record a later stage refused (an internal record) has no line of its own.
+    where = f"line {letter.offset}" if letter.offset is not None else f"{letter.topic} record {letter.key}"
+    print(f"faultline: {where}: skipped ({letter.reason})", file=sys.stderr)
 
 
 def finish_run(counts: Mapping[str, int]) -> int:
@@ -132,7 +134,7 @@ def finish_run(counts: Mapping[str, int]) -> int:
     `counts` are a Pipeline's."""
     records, bad = counts["records"], counts["dead_letters"]
     if bad:
-        print(f"faultline: {bad} of {records} records could not be read and were skipped", file=sys.stderr)
+        print(f"faultline: {bad} of {records} records could not be used and were skipped (dead letters)", file=sys.stderr)
     if records == bad:
         print("faultline: no record could be read", file=sys.stderr)
         return 1

@@ -33,7 +33,7 @@ def run_replay_from_kafka(args: argparse.Namespace, rules: Rules) -> int:
     out = None if sink else open_out(args.out)
 
     async def replay() -> None:
-        history = KafkaHistory(settings, since=args.since, until=args.until)
+        history = KafkaHistory(settings, since=args.since, until=args.until, rules=rules)
         await history.open()
         progress = Progress(history.total)
         try:
@@ -83,10 +83,11 @@ def verdicts_from_topic(topic: str, args: argparse.Namespace) -> dict[str, Class
             for tp, messages in consumer.poll(timeout_ms=1_000).items():
                 for message in messages:
                     if message.offset < ends[tp] and message.value:
-                        records.append((CLASSIFIED_FAILURES, message.key.decode(), _VERDICT.decode(message.value)))
+                        key = message.key.decode("utf-8", "replace") if message.key is not None else ""
+                        records.append((CLASSIFIED_FAILURES, key, _VERDICT.decode(message.value)))
         consumer.close()
     except KafkaError as exc:
         raise CommandError(f"reading {topic} from {settings.bootstrap} failed: {exc}") from None
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:
         raise CommandError(f"{topic} holds something other than faultline.ClassifiedFailure/v1 records ({exc})") from None
     return final_verdicts(records)

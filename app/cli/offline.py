@@ -166,7 +166,7 @@ def _replay_output(source: str, args: argparse.Namespace) -> dict[str, Classifie
     for number, line in read_lines(path):
         try:
             record = _OUTPUT_LINE.decode(line)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, RecursionError) as exc:
             raise CommandError(f"{path} line {number}: not a `faultline replay` output record ({exc})", 2) from None
         records.append((record.topic, record.key, record.value))
     return final_verdicts(records)

@@ -16,7 +16,8 @@ import msgspec
 
 from app import settings as settings_mod
 from app.cli.common import KAFKA, CommandError, fail, load_settings, need, require_trace, rules_from, settings_parent
-from app.model.envelope import BOOKMARK, SOURCE_TOPICS, TraceLine
+from app.model.decode import BadRecord, parse_trace_line
+from app.model.envelope import BOOKMARK, SOURCE_TOPICS
 from app.replay.trace import read_lines
 
 SHAPE = [*KAFKA, "partitions", "replication"]
@@ -74,14 +75,11 @@ def run_worker(args: argparse.Namespace) -> int:
     from app.stream.app import build_app, run_worker as run  # imports Faust: only here
     from app.web.faust_mount import mount
 
-    app, _, fleet = build_app(settings, rules)
+    app, stages, fleet = build_app(settings, rules)
     if settings.web_port != 0:
         mount(app, fleet)  # the fleet page under /fleet/, Prometheus /metrics
     print(f"faultline: worker {settings.app_id} with rules {rules.version}", file=sys.stderr, flush=True)
-    return run(app, settings)
-
-
-_LINE = msgspec.json.Decoder(TraceLine)
+    return run(app, stages, settings)
 
 
 class _Change(msgspec.Struct):
@@ -95,7 +93,7 @@ def _is_progress(value: bytes) -> bool:
     """A progress record (SPEC R12.1): it goes to every partition of its topic."""
     try:
         return _CHANGE.decode(value).type == BOOKMARK
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return False  # published as it is: the worker dead-letters what it cannot read
 
 
@@ -121,10 +119,10 @@ def run_publish(args: argparse.Namespace) -> int:
     try:
         for number, line in read_lines(args.trace):
             try:
-                record = _LINE.decode(line)
-            except msgspec.DecodeError as exc:
+                record = parse_trace_line(line)
+            except BadRecord as exc:
                 skipped += 1
-                print(f"faultline: line {number}: not a trace record ({exc}); skipped", file=sys.stderr)
+                print(f"faultline: line {number}: {exc}; skipped", file=sys.stderr)
                 continue
             if record.topic not in SOURCE_TOPICS:
                 skipped += 1
@@ -163,7 +161,7 @@ def _value_of(raw: bytes | None) -> msgspec.Raw | str | None:
         return None
     try:
         msgspec.json.decode(raw)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):  # shown as text, as any value that is not JSON
         return raw.decode("utf-8", "replace")
     return msgspec.Raw(raw)
 

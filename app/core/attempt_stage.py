@@ -16,8 +16,9 @@ from datetime import datetime, timezone
 import msgspec
 
 from app.core.attempt import AttemptId
+from app.core.bounds import DROPPED_GENERATIONS, restarts_seen
 from app.core.child_pods import has_succeeded, is_selected
-from app.core.emit import Emit
+from app.core.emit import Emit, dropped
 from app.core.fleet_fold import hour_of
 from app.core.fleet_inputs import failure_changes
 from app.core.progress import Watermarks
@@ -175,22 +176,24 @@ def _record(key: str, verdict: _Verdict, revision: int, rules: Rules) -> Classif
 # --- the fold ------------------------------------------------------------------------------
 
 
-def _absorb(state: AttemptState, fact: AttemptFact) -> AttemptState:
+def _absorb(state: AttemptState, fact: AttemptFact, rules: Rules) -> tuple[AttemptState, int]:
+    """The state with `fact` taken in, and how many generations it dropped (R11.5)."""
     last_activity = max(state.last_activity, fact.observed_at)
     if isinstance(fact, PodFacts):
-        return msgspec.structs.replace(state, pods={**state.pods, fact.uid: fact}, last_activity=last_activity)
+        return msgspec.structs.replace(state, pods={**state.pods, fact.uid: fact}, last_activity=last_activity), 0
     previous = state.job
     failed_seen_at = state.job_failed_seen_at
     if fact.failure is not None and (previous is None or previous.failure is None) and failed_seen_at is None:
         failed_seen_at = fact.observed_at
-    restart_seen_at = state.restart_seen_at
+    restart_seen_at, lost = state.restart_seen_at, 0
     last_restarts = previous.restarts if previous is not None else 0
     if fact.restarts > last_restarts:
         # R8.1: generation N died when restarts first passed N, without the JobSet failing.
-        restart_seen_at = {g: fact.observed_at for g in range(last_restarts, fact.restarts)} | restart_seen_at
-    return msgspec.structs.replace(
+        restart_seen_at, lost = restarts_seen(restart_seen_at, last_restarts, fact.restarts, fact.observed_at, rules)
+    state = msgspec.structs.replace(
         state, job=fact, job_failed_seen_at=failed_seen_at, restart_seen_at=restart_seen_at, last_activity=last_activity
     )
+    return state, lost
 
 
 def _may_have_failed(state: AttemptState) -> bool:
@@ -205,17 +208,17 @@ def fold_attempt(
 ) -> tuple[AttemptState, list[Emit]]:
     if state is None:
         state = AttemptState(key=key, last_activity=fact.observed_at)
-    state = _absorb(state, fact)
+    state, lost = _absorb(state, fact, rules)
+    emits = dropped(DROPPED_GENERATIONS, lost)
     if not _may_have_failed(state):
-        return state, []
+        return state, emits
     verdicts = verdicts_of(state, rules)
     if not verdicts:
-        return state, []
+        return state, emits
     counted = {f"{v.tracked.uid}/{v.generation}": _counted(v) for v in verdicts}
-    emits = []
     if counted != state.counted:
         ident = attempt_id_of(key)
-        emits += failure_changes(ident.cluster, ident.namespace, fact.observed_at, state.counted, counted, rules)
+        emits = [*emits, *failure_changes(ident.cluster, ident.namespace, fact.observed_at, state.counted, counted, rules)]
         state = msgspec.structs.replace(state, counted=counted)
     last = state.emitted
     revision = last.revision + 1 if last is not None else 0

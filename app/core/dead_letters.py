@@ -2,8 +2,10 @@
 
 A dead letter must always be writable, whatever the bad record was: its value is cut to
 `VALUE_BYTES` before it is turned into text (a control byte is escaped to six bytes in
-JSON, so the text stays under 6 × VALUE_BYTES), its key and reason to a few KiB; the
-size and digest of the whole value let an operator match it to the original.
+JSON, so the text stays under 6 × VALUE_BYTES = 96 KiB), its topic, key and reason to a
+few thousand characters (at most 6 bytes each in JSON): under 150 KiB in all, far under
+the broker's 1 MiB. The size and digest of the whole value let an operator match it to
+the original.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ def dead_letter(
         key = key.decode("utf-8", "replace")
     key = _cut(key, KEY_CHARS) if key is not None else None
     letter = DeadLetter(
-        topic=topic,
+        topic=_cut(topic, KEY_CHARS),
         key=key,
         partition=partition,
         offset=offset,

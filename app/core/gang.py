@@ -63,6 +63,7 @@ from typing import Literal, NamedTuple
 import msgspec
 
 from app.core import kueue
+from app.core.bounds import Trim
 from app.core.emit import Emit
 from app.core.fleet_inputs import gang_change
 from app.core.progress import ANY_PROGRESS, Watermarks
@@ -280,7 +281,9 @@ def fold_gang(
         return state, []
     if state is None:
         state = GangStateData(cluster=record.cluster, uid=uid, last_seen=record.observed_at)
-    return _decided(_observe(state, record, rules), rules, marks)
+    trim = Trim(rules)
+    state, emits = _decided(_observe(state, record, rules, trim), rules, marks)
+    return state, emits + trim.dropped()
 
 
 def settle_gang(state: GangStateData, _: str, rules: Rules, marks: Watermarks) -> tuple[GangStateData, list[Emit]]:
@@ -367,7 +370,7 @@ def end_of(jobset: Job) -> JobSetEnd | None:
     return None
 
 
-def _jobset_view(record: GangInput, jobset: Job, rules: Rules) -> JobSetView:
+def _jobset_view(record: GangInput, jobset: Job, rules: Rules, trim: Trim) -> JobSetView:
     if record.change == "DELETED":
         return JobSetView(record.observed_at, deleted=True)
     return JobSetView(
@@ -376,16 +379,26 @@ def _jobset_view(record: GangInput, jobset: Job, rules: Rules) -> JobSetView:
         running=has_run(jobset),
         resume=resume_after_preemption(jobset, rules),
         await_eviction=rules.await_eviction_with_policy_off,
-        end=end_of(jobset),
+        end=_trimmed_end(end_of(jobset), trim),
     )
 
 
-def _workload_view(record: GangInput, workload: Workload) -> WorkloadView:
+def _trimmed_end(end: JobSetEnd | None, trim: Trim) -> JobSetEnd | None:
+    return JobSetEnd(end.state, trim.token(end.reason), trim.message(end.message)) if end is not None else None
+
+
+def _trimmed_eviction(eviction: kueue.Eviction | None, trim: Trim) -> kueue.Eviction | None:
+    if eviction is None:
+        return None
+    return kueue.Eviction(trim.token(eviction.reason), trim.message(eviction.message), trim.token(eviction.detail), eviction.since)
+
+
+def _workload_view(record: GangInput, workload: Workload, trim: Trim) -> WorkloadView:
     if record.change == "DELETED":
         return WorkloadView(record.observed_at, deleted=True)
     return WorkloadView(
         record.observed_at,
-        eviction=kueue.eviction_of(workload),
+        eviction=_trimmed_eviction(kueue.eviction_of(workload), trim),
         active=workload.spec.active,
         admitted=kueue.is_admitted(workload),
     )
@@ -394,7 +407,7 @@ def _workload_view(record: GangInput, workload: Workload) -> WorkloadView:
 # --- Folding a record into the observations ------------------------------------------
 
 
-def _observe(state: GangStateData, record: GangInput, rules: Rules) -> GangStateData:
+def _observe(state: GangStateData, record: GangInput, rules: Rules, trim: Trim) -> GangStateData:
     last_seen = max(state.last_seen, record.observed_at)
     deleted_at = state.deleted_at
     if record.jobset is not None and record.change == "DELETED" and deleted_at is None:
@@ -403,15 +416,15 @@ def _observe(state: GangStateData, record: GangInput, rules: Rules) -> GangState
     if state.ended:
         return state
     if record.jobset is not None:
-        return msgspec.structs.replace(state, jobset=_add_jobset(state.jobset, record, record.jobset, rules))
+        return msgspec.structs.replace(state, jobset=_add_jobset(state.jobset, record, record.jobset, rules, trim))
     assert record.workload is not None
-    return msgspec.structs.replace(state, workloads=_add_workload(state.workloads, record, record.workload))
+    return msgspec.structs.replace(state, workloads=_add_workload(state.workloads, record, record.workload, trim))
 
 
-def _add_jobset(track: JobSetTrack | None, record: GangInput, jobset: Job, rules: Rules) -> JobSetTrack:
+def _add_jobset(track: JobSetTrack | None, record: GangInput, jobset: Job, rules: Rules, trim: Trim) -> JobSetTrack:
     labels = jobset.metadata.labels
     keys = rules.labels
-    views = _compact(track.views if track is not None else (), _jobset_view(record, jobset, rules))
+    views = _compact(track.views if track is not None else (), _jobset_view(record, jobset, rules, trim))
     return JobSetTrack(
         name=jobset.metadata.name,
         namespace=jobset.metadata.namespace,
@@ -435,9 +448,9 @@ def _same_view(old: JobSetView | WorkloadView, new: JobSetView | WorkloadView) -
     return msgspec.structs.replace(old, observed_at=new.observed_at) == new
 
 
-def _add_workload(tracks: tuple[WorkloadTrack, ...], record: GangInput, workload: Workload) -> tuple[WorkloadTrack, ...]:
+def _add_workload(tracks: tuple[WorkloadTrack, ...], record: GangInput, workload: Workload, trim: Trim) -> tuple[WorkloadTrack, ...]:
     meta = workload.metadata
-    view = _workload_view(record, workload)
+    view = _workload_view(record, workload, trim)
     for i, track in enumerate(tracks):
         if track.uid == meta.uid:
             updated = msgspec.structs.replace(

@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from app.core.attempt import attempt_of
+from app.core.bounds import Trim
+from app.core.clock import require_in_range
 from app.core.child_pods import TRACKED_GROUPS, TRACKED_KINDS
 from app.core.emit import Emit
 from app.core.gang import gang_input_of
@@ -18,8 +20,9 @@ from app.model.facts import ATTEMPT_FACTS, CrdFailure, JobFacts
 from app.model.k8s import Job
 
 
-def job_facts_of(change: ChangeType, observed_at: datetime, cluster: str, job: Job) -> JobFacts:
+def job_facts_of(change: ChangeType, observed_at: datetime, cluster: str, job: Job, trim: Trim, rules: Rules) -> JobFacts:
     failed = crd_failure_of(job)
+    require_in_range((("the failed condition's lastTransitionTime", failed[1] if failed else None),), rules)
     return JobFacts(
         cluster=cluster,
         namespace=job.metadata.namespace,
@@ -29,7 +32,7 @@ def job_facts_of(change: ChangeType, observed_at: datetime, cluster: str, job: J
         observed_at=observed_at,
         restarts=job.status.restarts,
         ray_cluster_name=job.status.ray_cluster_name,
-        failure=CrdFailure(failed[0].code, failed[0].message, failed[1]) if failed else None,
+        failure=CrdFailure(trim.token(failed[0].code), trim.message(failed[0].message), failed[1]) if failed else None,
         completed=is_completed(job),
         deleted=change == "DELETED",
     )
@@ -43,7 +46,8 @@ def route_job(change: ChangeType, observed_at: datetime, cluster: str, job: Job,
     attempt = attempt_of(cluster, job.metadata.namespace, job.metadata.labels, rules)
     if attempt is None:
         return []
-    return [Emit(ATTEMPT_FACTS, attempt.key, job_facts_of(change, observed_at, cluster, job))]
+    trim = Trim(rules)
+    return [Emit(ATTEMPT_FACTS, attempt.key, job_facts_of(change, observed_at, cluster, job, trim, rules)), *trim.dropped()]
 
 
 def route_job_record(_: None, __: str, envelope: TypedEnvelope[Job], rules: Rules, marks: Watermarks) -> tuple[None, list[Emit]]:

@@ -13,8 +13,10 @@ from datetime import datetime
 import msgspec
 
 from app.core.attempt import attempt_of, is_child_pod
+from app.core.bounds import DROPPED_FAULTS, Trim, kept_faults
 from app.core.child_pods import declared_primary
-from app.core.emit import Emit
+from app.core.clock import require_in_range
+from app.core.emit import Emit, dropped
 from app.core.fault_events import FaultEvent, fault_event_of, is_trusted, merge_updates
 from app.core.fleet_inputs import fault_changes
 from app.core.progress import Watermarks
@@ -36,7 +38,9 @@ class PodState(msgspec.Struct, frozen=True):
     last_activity: datetime
     pod: PodFacts | None = None  # the latest pod view with its trusted faults, as forwarded
     seen: int = -1  # digest of the last pod record read, to skip records that change nothing
-    faults: dict[str, FaultEvent] = {}  # every fault Event naming this uid, by event uid
+    # The fault Events naming this uid that can still be trusted, by event uid (at most
+    # `max_faults_per_pod`, SPEC R11.5).
+    faults: dict[str, FaultEvent] = {}
 
 
 def pod_key(cluster: str, uid: str) -> str:
@@ -55,7 +59,7 @@ def uid_named_by(event: Event) -> str:
 # --- building the slim view --------------------------------------------------------------
 
 
-def _container_facts(name: str, status: ContainerStatus | None) -> ContainerFacts:
+def _container_facts(name: str, status: ContainerStatus | None, trim: Trim) -> ContainerFacts:
     terminated = status.state.terminated if status is not None else None
     if terminated is None:
         return ContainerFacts(name=name, reported=status is not None)
@@ -64,25 +68,25 @@ def _container_facts(name: str, status: ContainerStatus | None) -> ContainerFact
         reported=True,
         terminated=True,
         exit_code=terminated.exit_code,
-        reason=terminated.reason,
-        message=terminated.message,
+        reason=trim.token(terminated.reason),
+        message=trim.message(terminated.message),
         finished_at=terminated.finished_at,
     )
 
 
-def _containers(pod: Pod) -> tuple[ContainerFacts, ...]:
+def _containers(pod: Pod, trim: Trim) -> tuple[ContainerFacts, ...]:
     """Regular containers in spec order, each with its current status (if reported)."""
     specs, statuses = pod.spec.containers, pod.status.container_statuses
     if len(specs) == len(statuses) and all(c.name == s.name for c, s in zip(specs, statuses)):
-        return tuple(_container_facts(s.name, s) for s in statuses)  # the usual shape
+        return tuple(_container_facts(s.name, s, trim) for s in statuses)  # the usual shape
     by_name = {s.name: s for s in statuses}
     names = [c.name for c in specs]
     names += [name for name in by_name if name not in names]
-    return tuple(_container_facts(name, by_name.get(name)) for name in names)
+    return tuple(_container_facts(name, by_name.get(name), trim) for name in names)
 
 
 def pod_facts_of(
-    change: ChangeType, observed_at: datetime, cluster: str, pod: Pod, previous: PodFacts | None, rules: Rules
+    change: ChangeType, observed_at: datetime, cluster: str, pod: Pod, previous: PodFacts | None, rules: Rules, trim: Trim
 ) -> PodFacts:
     meta = pod.metadata
     labels = meta.labels
@@ -98,10 +102,10 @@ def pod_facts_of(
         labels={k: labels[k] for k in rules.pod_labels_read if k in labels},
         is_child=is_child_pod(labels, rules),
         primary_container=declared_primary(meta.annotations),
-        containers=_containers(pod),
+        containers=_containers(pod, trim),
         phase=pod.status.phase,
-        reason=pod.status.reason,
-        message=pod.status.message,
+        reason=trim.token(pod.status.reason),
+        message=trim.message(pod.status.message),
         node_name=pod.spec.node_name,
         created_at=meta.creation_timestamp,
         deletion_timestamp=meta.deletion_timestamp,
@@ -210,9 +214,22 @@ def fold_pod(
         return state, []
     last_activity = max(state.last_activity, observed_at)
     previous = state.pod
-    facts = _with_faults(pod_facts_of(change, observed_at, cluster, pod, previous, rules), state.faults, rules)
-    forwarded, emits = _forward(previous, facts, observed_at, rules)
-    return msgspec.structs.replace(state, last_activity=last_activity, seen=seen, pod=forwarded), emits
+    trim = Trim(rules)
+    facts = pod_facts_of(change, observed_at, cluster, pod, previous, rules, trim)
+    times = (("container finishedAt", c.finished_at) for c in facts.containers)
+    require_in_range((("metadata.deletionTimestamp", facts.deletion_timestamp), *times), rules)
+    faults = _trustworthy(state.faults, facts.node_name, rules)
+    forwarded, emits = _forward(previous, _with_faults(facts, faults, rules), observed_at, rules)
+    state = msgspec.structs.replace(state, last_activity=last_activity, seen=seen, pod=forwarded, faults=faults)
+    return state, emits + trim.dropped()
+
+
+def _trustworthy(faults: dict[str, FaultEvent], node_name: str, rules: Rules) -> dict[str, FaultEvent]:
+    """R2.5b: once the pod's node is known, a fault reported from another node can never
+    be trusted: it is not kept (nor published, nor counted as dropped)."""
+    if not rules.node_trust or not node_name or all(f.reported_from == node_name for f in faults.values()):
+        return faults
+    return {uid: f for uid, f in faults.items() if f.reported_from == node_name}
 
 
 _encode = msgspec.msgpack.Encoder().encode
@@ -233,16 +250,25 @@ def fold_event(
     fault = fault_event_of(event, observed_at, rules.xid)
     if fault is None:
         return state, []
+    require_in_range((("the fault's first seen time", fault.first_seen), ("the fault's last seen time", fault.last_seen)), rules)
+    trim = Trim(rules)
+    parsed = trim.parsed(fault.parsed)
+    if parsed is not fault.parsed:
+        fault = msgspec.structs.replace(fault, parsed=parsed)
     if state is None:
         state = PodState(uid=fault.pod_uid, cluster=cluster, last_activity=observed_at)
-    known = state.faults.get(fault.event_uid)
-    faults = {**state.faults, fault.event_uid: merge_updates(known, fault) if known else fault}
-    state = msgspec.structs.replace(state, faults=faults, last_activity=max(state.last_activity, observed_at))
+    last_activity = max(state.last_activity, observed_at)
     previous = state.pod
+    if previous is not None and not _trustworthy({fault.event_uid: fault}, previous.node_name, rules):
+        return msgspec.structs.replace(state, last_activity=last_activity), []  # R2.5b: never to be trusted
+    known = state.faults.get(fault.event_uid)
+    faults, lost = kept_faults({**state.faults, fault.event_uid: merge_updates(known, fault) if known else fault}, rules)
+    state = msgspec.structs.replace(state, faults=faults, last_activity=last_activity)
+    counted = trim.dropped() + dropped(DROPPED_FAULTS, lost)
     if previous is None:
-        return state, []  # held until the pod is known (R7.1)
+        return state, counted  # held until the pod is known (R7.1)
     forwarded, emits = _forward(previous, _with_faults(previous, faults, rules), observed_at, rules)
-    return msgspec.structs.replace(state, pod=forwarded), emits
+    return msgspec.structs.replace(state, pod=forwarded), emits + counted
 
 
 def pod_state_expired(state: PodState, stream_time: datetime, rules: Rules) -> bool:

@@ -25,26 +25,34 @@ class Watermarks(msgspec.Struct, frozen=True, gc=False):
     latest: dict[str, dict[int, datetime]] = {}  # -> source partition -> latest progress time
     partitions: dict[str, int] = {}  # -> the source topic's partition count
     ended: frozenset[str] = frozenset()  # the input ended (a trace): the watermark is infinite
+    marks: dict[str, datetime] = {}  # -> the watermark, where there is one (`of`, read per record)
 
     def observe(self, progress: Progress) -> Watermarks | None:
         """These watermarks with `progress` taken in; None when it changes nothing."""
         key = f"{progress.cluster}/{progress.topic}"
         if progress.final:
-            return None if key in self.ended else msgspec.structs.replace(self, ended=self.ended | {key})
+            if key in self.ended:
+                return None
+            return msgspec.structs.replace(self, ended=self.ended | {key}, marks={**self.marks, key: END_OF_TIME})
         seen = self.latest.get(key, {})
         known = seen.get(progress.partition)
         if known is not None and known >= progress.observed_at and self.partitions.get(key) == progress.partitions:
             return None
-        return msgspec.structs.replace(
+        observed = msgspec.structs.replace(
             self,
             latest={**self.latest, key: {**seen, progress.partition: progress.observed_at}},
             partitions={**self.partitions, key: progress.partitions},
         )
+        mark = observed._of(key)
+        marks = {k: v for k, v in self.marks.items() if k != key}
+        return msgspec.structs.replace(observed, marks={**marks, key: mark} if mark is not None else marks)
 
     def of(self, cluster: str, topic: str) -> datetime | None:
         """The watermark of (cluster, topic): every record of it observed before this
         time has been seen. None until every partition has shown progress."""
-        key = f"{cluster}/{topic}"
+        return self.marks.get(f"{cluster}/{topic}")
+
+    def _of(self, key: str) -> datetime | None:
         if key in self.ended:
             return END_OF_TIME
         seen = self.latest.get(key)

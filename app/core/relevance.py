@@ -44,4 +44,5 @@ def is_relevant(fault: GpuFault, anchor: datetime, rules: Rules) -> bool:
     An interval that ends before it starts explains nothing."""
     if fault.last_seen < fault.first_seen:
         return False
-    return fault.first_seen <= anchor + rules.slack and fault.last_seen >= anchor - rules.window
+    # As differences of two times: an object time at the calendar's ends cannot overflow (R11.3).
+    return fault.first_seen - anchor <= rules.slack and anchor - fault.last_seen <= rules.window

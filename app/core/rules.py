@@ -7,7 +7,7 @@ settings, so changing either changes the version stamped on every verdict.
 from __future__ import annotations
 
 import hashlib
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from functools import cached_property
 from typing import Annotated
 
@@ -47,7 +47,11 @@ class AttemptLabels(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     attempt: str = "attempt"
 
 
-Seconds = Annotated[float, msgspec.Meta(ge=0)]
+# At most a century: a time plus any of them stays a time (SPEC R11.3: no overflow).
+CENTURY = 100 * 366 * 86400
+Seconds = Annotated[float, msgspec.Meta(ge=0, le=CENTURY)]
+Count = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
+Length = Annotated[int, msgspec.Meta(ge=16, le=1 << 20)]
 
 
 class FleetSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -91,7 +95,7 @@ class Rules(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True):
     # reportingComponent, else source.component) is listed are trusted.
     trusted_reporters: tuple[str, ...] = ()
     # R7.4: stream time an attempt's state is kept after its terminal verdict.
-    retention_seconds: Annotated[float, msgspec.Meta(gt=0)] = 6 * 3600
+    retention_seconds: Annotated[float, msgspec.Meta(gt=0, le=CENTURY)] = 6 * 3600
     # R9.2: resume a preempted gang, per JobSet annotation, else this default.
     resume_after_preemption: bool = False
     resume_annotation: str = "faultline.io/resume-after-preemption"
@@ -106,6 +110,17 @@ class Rules(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True):
     xid: XidTable = DEFAULT_XID_TABLE
     # Fleet health (docs/fleet.md), derived from the same records; None: not derived.
     fleet: FleetSettings | None = DEFAULT_FLEET
+    # R11.4: a source record observed more than this ahead of its topic's watermark is a
+    # clock fault (dead-lettered; stream time does not move on it).
+    max_clock_skew_seconds: Seconds = 3600
+    # R11.5: what one key's state may hold (docs/rules.md, *Bounded state*).
+    max_faults_per_pod: Annotated[int, msgspec.Meta(ge=8, le=1_000_000)] = 32  # >= the 6 always kept
+    max_token_chars: Length = 256  # a fault's tokens (gpu_uuid, pci, node, process), reasons
+    max_message_chars: Length = 4096  # a message (pod, container, condition)
+    max_generations: Count = 64  # JobSet generations restarted in place an attempt keeps
+    # The most bytes of one state value or output record (JSON): a record whose fold would
+    # write more is dead-lettered. Well under the broker's 1 MiB message limit.
+    max_value_bytes: Annotated[int, msgspec.Meta(ge=4096, le=900 * 1024)] = 512 * 1024
 
     @cached_property
     def window(self) -> timedelta:
@@ -122,6 +137,22 @@ class Rules(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True):
     @cached_property
     def retention(self) -> timedelta:
         return timedelta(seconds=self.retention_seconds)
+
+    @cached_property
+    def max_clock_skew(self) -> timedelta:
+        return timedelta(seconds=self.max_clock_skew_seconds)
+
+    @cached_property
+    def time_margin(self) -> timedelta:
+        """The most the rules add to or take from a record time (R11.3: a record time
+        closer than this to the calendar's ends is out of range)."""
+        longest = max(self.window_seconds, self.slack_seconds, self.watch_skew_seconds, self.retention_seconds, self.max_clock_skew_seconds)
+        return timedelta(seconds=longest, days=366)  # and room for any window a reader of the outputs adds
+
+    @cached_property
+    def usable_times(self) -> tuple[datetime, datetime]:
+        """The first and last record times the rules can compute with (R11.3)."""
+        return datetime.min.replace(tzinfo=timezone.utc) + self.time_margin, datetime.max.replace(tzinfo=timezone.utc) - self.time_margin
 
     @cached_property
     def pod_labels_read(self) -> tuple[str, ...]:

@@ -16,10 +16,12 @@ fleet-inputs) are Kafka topics in the streaming path and a hand-over in the embe
 JobSets and their Workloads go through one stage (`jobs`): records of both topics reach
 the gang stage in the order one reader interleaves them, never one topic running ahead.
 
-The fold policy (`apply`) is defined once: a fold that raises is a bug in the rules; its
-record is dead-lettered with the reason and processing goes on (SPEC R11.3). Folds return
-new states and never change the one they were given, so the stored state is the state
-before the record.
+The fold policy (`apply`) is defined once: a fold that raises (a bug, or input the rules
+never expected), an output that cannot be encoded or a value past `max_value_bytes`
+fails its record only: it is dead-lettered with the reason and processing goes on (SPEC
+R11.3, R11.5). Folds return new states and never change the one they were given, so the
+stored state is the state before the record. A source record whose time cannot be used
+(`time_fault`: out of range, or a clock fault, R11.4) is dead-lettered before it is folded.
 """
 
 from __future__ import annotations
@@ -31,14 +33,15 @@ from typing import Any, NamedTuple
 import msgspec
 
 from app.core.attempt_stage import AttemptState, attempt_expired, fold_attempt
-from app.core.emit import Emit
+from app.core.clock import clock_fault, out_of_range
+from app.core.emit import DROPPED, Emit
 from app.core.fleet_fold import FleetStats, fleet_expired, fleet_waits_until, fold_fleet, settle_fleet
 from app.core.gang import GangStateData, fold_gang, gang_expired, gang_waits_until, route_workload_record, settle_gang
 from app.core.job_facts import route_job_record
 from app.core.pod_stage import PodState, fold_event, fold_pod, key_of_event, key_of_pod, pod_state_expired
 from app.core.progress import Watermarks
 from app.core.rules import Rules
-from app.model.decode import TypedEnvelope, decode_internal, decode_source
+from app.model.decode import BadRecord, TypedEnvelope, decode_internal, decode_source
 from app.model.envelope import BOOKMARK, EVENTS, JOBS, PODS, WORKLOADS
 from app.model.facts import (
     ATTEMPT_FACTS,
@@ -148,25 +151,88 @@ class Failed(NamedTuple):
     reason: str
 
 
-def apply(
-    stage: Stage, fold: Fold, state: Any, key: str, record: StageRecord, rules: Rules, marks: Watermarks
-) -> tuple[Any, list[Emit]] | Failed:
-    """Fold one record: (the key's new state, or None to keep none; the records to write).
-    A fold that raises (a bug, or input the rules never expected) fails this record
-    only: the driver dead-letters it with the `Failed` reason and goes on."""
+class Applied(NamedTuple):
+    """A fold's result, checked (SPEC R11.3, R11.5): the key's new state (None: keep
+    none) with its JSON (None when the fold kept the state it was given), the records to
+    write with theirs, and what the fold left out to stay bounded (counter -> count)."""
+
+    state: Any
+    emits: list[Emit]
+    state_bytes: bytes | None
+    emit_bytes: list[bytes]
+    dropped: dict[str, int]
+
+
+_encode = msgspec.json.Encoder().encode  # the bytes the drivers write (app/stream/codecs.py)
+
+
+_NO_DROPS: dict[str, int] = {}
+
+
+def _checked(stage: Stage, key: str, given: Any, result: tuple[Any, list[Emit]], rules: Rules) -> Applied | Failed:
+    state, emits = result
+    changed = state is not None and state is not given and state != given  # equal: nothing to write
+    if not emits and not changed:
+        return Applied(state, emits, None, [], _NO_DROPS)  # most records: nothing to write
+    limit = rules.max_value_bytes
+    dropped, written, emit_bytes = _NO_DROPS, [], []
+    for emit in emits:
+        if emit.topic == DROPPED:
+            dropped = {**dropped, emit.key: dropped.get(emit.key, 0) + emit.value}
+            continue
+        raw = _encode(emit.value)  # an output that cannot be encoded fails its record
+        if len(raw) > limit:
+            return Failed(f"stage {stage.name}: this record would write a {emit.topic} record of {len(raw)} bytes, over max_value_bytes ({limit})")
+        written.append(emit)
+        emit_bytes.append(raw)
+    state_bytes = None
+    if changed:
+        state_bytes = _encode(state)
+        if len(state_bytes) > limit:
+            return Failed(
+                f"stage {stage.name}: the state of {key[:256]} would grow to {len(state_bytes)} bytes with this record, "
+                f"over max_value_bytes ({limit}); the state stays as it was (SPEC R11.5)"
+            )
+    return Applied(state, written, state_bytes, emit_bytes, dropped)
+
+
+def _failure(stage: Stage, exc: Exception, what: str) -> Failed:
+    if isinstance(exc, BadRecord):  # a record the rules refuse, saying why
+        return Failed(f"stage {stage.name}: {exc}")
+    return Failed(f"stage {stage.name} failed {what}: {type(exc).__name__}: {exc}")
+
+
+def apply(stage: Stage, fold: Fold, state: Any, key: str, record: StageRecord, rules: Rules, marks: Watermarks) -> Applied | Failed:
+    """Fold one record. A fold that raises (a bug, or input the rules never expected),
+    an output that cannot be encoded, or a state or output past `max_value_bytes` fails
+    this record only: the driver dead-letters it with the `Failed` reason, keeps the
+    state it had, and goes on (SPEC R11.3, R11.5)."""
     try:
-        return fold(state, key, record, rules, marks)
+        return _checked(stage, key, state, fold(state, key, record, rules, marks), rules)
     except Exception as exc:  # noqa: BLE001 - any failure of one record must not stop the stage
-        return Failed(f"stage {stage.name} failed on this record: {type(exc).__name__}: {exc}")
+        return _failure(stage, exc, "on this record")
 
 
-def settle(stage: Stage, state: Any, key: str, rules: Rules, marks: Watermarks) -> tuple[Any, list[Emit]] | Failed:
+def settle(stage: Stage, state: Any, key: str, rules: Rules, marks: Watermarks) -> Applied | Failed:
     """`apply` for a state decided again on progress (R12.4), under the same policy."""
     assert stage.settle is not None
     try:
-        return stage.settle(state, key, rules, marks)
+        return _checked(stage, key, state, stage.settle(state, key, rules, marks), rules)
     except Exception as exc:  # noqa: BLE001 - one state's failure must not stop the stage
-        return Failed(f"stage {stage.name} failed to settle {key}: {type(exc).__name__}: {exc}")
+        return _failure(stage, exc, f"to settle {key[:256]}")
+
+
+def time_fault(topic: str, record: StageRecord, marks: Watermarks, rules: Rules) -> str | None:
+    """SPEC R11.3, R11.4: why a source record's time cannot be used (out of range, or a
+    clock fault against its topic's watermark at the stage), or None. A driver
+    dead-letters such a record before it folds it or moves stream time with it."""
+    if topic in INTERNAL_TOPICS:  # their times are source records' times, checked at the first stage
+        return None
+    at = record.observed_at
+    reason = out_of_range(at, rules)
+    if reason is not None or progress_in(record):
+        return reason
+    return clock_fault(at, marks.of(record.cluster, topic), f"{record.cluster}/{topic}", rules)
 
 
 # --- progress (SPEC R12) -------------------------------------------------------------------

@@ -6,6 +6,10 @@ when it starts, then merges all partitions of all source topics by the records' 
 time: (observed_at, topic, partition, offset). Each object's records stay in their
 partition's order, and topics are interleaved by record time, which is how the bridge
 published them (and what the gang stage's order independence relies on, docs/rules.md).
+A record whose time the stages will refuse (out of range, or a clock fault against its
+partition's progress: SPEC R11.3, R11.4) keeps its partition's place instead, as one
+that cannot be decoded does: a record dated 9999 must not hold back every record after
+it in its partition until the end of the replay.
 
 It uses its own consumer with no group: it never joins, commits for or disturbs the live
 worker's consumer group.
@@ -22,10 +26,12 @@ import msgspec
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
+from app.core.clock import clock_fault, out_of_range
+from app.core.rules import DEFAULT_RULES, Rules
 from app.model.decode import BadRecord, TypedEnvelope, decode_source
-from app.model.envelope import SOURCE_TOPICS
 from app.kafka import clients
 from app.kafka.topics import admin_client
+from app.model.envelope import BOOKMARK, SOURCE_TOPICS
 from app.settings import Settings
 
 _DAWN = datetime.min.replace(tzinfo=timezone.utc)
@@ -51,6 +57,7 @@ class _Partition:
         self.tp, self.logical, self.rank, self.end = tp, logical, rank, end
         self.buffer: deque[tuple[tuple, HistoryRecord]] = deque()
         self.last_time = _DAWN  # merge time for a record that cannot be decoded
+        self.progress: datetime | None = None  # the latest BOOKMARK time read here
         self.fetched = 0  # the next offset not yet buffered
         self.paused = False
 
@@ -77,8 +84,10 @@ class KafkaHistory:
     Uses aiokafka for reading (its record parsing is native: about twice kafka-python's
     rate here, and reading is most of a replay's time)."""
 
-    def __init__(self, settings: Settings, since: datetime | None = None, until: datetime | None = None) -> None:
-        self.settings, self.since, self.until = settings, since, until
+    def __init__(
+        self, settings: Settings, since: datetime | None = None, until: datetime | None = None, rules: Rules = DEFAULT_RULES
+    ) -> None:
+        self.settings, self.since, self.until, self.rules = settings, since, until, rules
         self.total = 0
         self.consumer: AIOKafkaConsumer | None = None
         self.partitions: dict[TopicPartition, _Partition] = {}
@@ -166,11 +175,23 @@ class KafkaHistory:
         key = message.key.decode("utf-8", "replace") if message.key is not None else None
         try:
             envelope, _ = decode_source(part.logical, value)
-            part.last_time = envelope.observed_at
         except BadRecord:
             envelope = None
+        else:
+            self._place(part, envelope)
         record = HistoryRecord(part.logical, key, value, part.tp.partition, message.offset, envelope)
         return (part.last_time, part.rank, part.tp.partition, message.offset), record
+
+    def _place(self, part: _Partition, envelope: TypedEnvelope) -> None:
+        """Move the partition's merge time to this record's, unless the stages will
+        refuse the record for its time."""
+        at = envelope.observed_at
+        progress = envelope.type == BOOKMARK
+        if out_of_range(at, self.rules) or (not progress and clock_fault(at, part.progress, "", self.rules)):
+            return
+        if progress:
+            part.progress = at if part.progress is None else max(part.progress, at)
+        part.last_time = at
 
     async def records(self) -> AsyncIterator[HistoryRecord]:
         """Every record in merge order: (observed_at, topic, partition, offset)."""

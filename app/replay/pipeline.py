@@ -19,11 +19,13 @@ same rules.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
 import msgspec
 
+from app.core.clock import CLOCK_FAULT
 from app.core.dead_letters import dead_letter
 from app.core.emit import Emit
 from app.core.progress import NO_PROGRESS, Watermarks, end_of_input, progress_of, settles
@@ -32,6 +34,7 @@ from app.core.topology import (
     INPUT_OF,
     STAGE_OF,
     STAGES,
+    Applied,
     Failed,
     Stage,
     StageRecord,
@@ -40,14 +43,21 @@ from app.core.topology import (
     forwarded,
     progress_in,
     settle,
+    time_fault,
 )
 from app.model.decode import BadRecord, encode_internal
 from app.model.envelope import SOURCE_TOPICS
 from app.model.facts import Progress
 
+def _unchecked(emits: list[Emit]) -> Applied:
+    """Records a driver writes itself (forwarded progress), as a fold's result."""
+    return Applied(None, emits, None, [encode_internal(e.value) for e in emits], {})
+
+
 # How often, in stream time, expired state is swept (R7.4): every quarter of the
 # retention, so state outlives its retention by at most that much and sweeps cost little.
 SWEEPS_PER_RETENTION = 4
+Raw = bytes | Callable[[], bytes]  # a record's bytes, or how to find them
 _DAWN = datetime.min.replace(tzinfo=timezone.utc)
 _encoder = msgspec.json.Encoder()
 
@@ -94,13 +104,13 @@ class Pipeline:
         topic: str,
         key: str,
         record: StageRecord,
-        raw: bytes = b"",
+        raw: Raw = b"",
         offset: int | None = None,
         partition: int | None = None,
         partitions: int | None = None,
     ) -> list[Emit]:
         """One source record already decoded (`decode_source`); `raw` is what a dead letter
-        of it would quote."""
+        of it would quote (or a function that finds it, called only for a dead letter)."""
         self.counts["records"] += 1
         return self._source(topic, key, record, partition, partitions, offset, raw)
 
@@ -114,8 +124,12 @@ class Pipeline:
         return out
 
     def _source(
-        self, topic: str, key: str, record: StageRecord, partition: int | None, partitions: int | None, offset: int | None, raw: bytes
+        self, topic: str, key: str, record: StageRecord, partition: int | None, partitions: int | None, offset: int | None, raw: Raw
     ) -> list[Emit]:
+        fault = time_fault(topic, record, self.marks[STAGE_OF[topic].name], self.rules)
+        if fault is not None:  # R11.3, R11.4: neither folded nor moving stream time
+            self.counts["clock_faults"] += fault.startswith(CLOCK_FAULT)
+            return [self._dead_letter(topic, key, partition, offset, fault, raw)]
         if progress_in(record):
             out = self._progress(STAGE_OF[topic], progress_of(topic, partition or 0, partitions or 1, record))
         else:
@@ -127,7 +141,7 @@ class Pipeline:
                 self._advance(at)
         return out
 
-    def _fold(self, topic: str, key: str, record: StageRecord, partition: int | None, offset: int | None, raw: bytes | None) -> list[Emit]:
+    def _fold(self, topic: str, key: str, record: StageRecord, partition: int | None, offset: int | None, raw: Raw | None) -> list[Emit]:
         stage, reader, states = self._readers[topic]
         if isinstance(record, Progress):  # forwarded by the stage before
             return self._progress(stage, record)
@@ -138,31 +152,31 @@ class Pipeline:
         result = apply(stage, reader.fold, states.get(state_key) if states is not None else None, state_key, record, self.rules, marks)
         if isinstance(result, Failed):
             return [self._dead_letter(topic, key, partition, offset, result.reason, raw if raw is not None else encode_internal(record))]
-        state, emits = result
-        if state is not None and states is not None:
-            self._store(stage, states, state_key, state)
-        return self._hand_over(emits) if emits else emits
+        if result.state is not None and states is not None:
+            self._store(stage, states, state_key, result.state, result.state_bytes)
+        return self._hand_over(result) if result.emits or result.dropped else result.emits
 
-    def _hand_over(self, emits: list[Emit]) -> list[Emit]:
+    def _hand_over(self, result: Applied) -> list[Emit]:
         """Outputs out; internal records to the stage reading them, depth first."""
+        self.counts.update(result.dropped)
         out: list[Emit] = []
-        for emit in emits:
+        for emit, raw in zip(result.emits, result.emit_bytes, strict=True):
             if emit.topic not in self._readers:
                 out.append(emit)
                 continue
             handed = emit.value
             if self.wire:  # as through Kafka
                 try:
-                    handed = decode_record(emit.topic, encode_internal(handed))
+                    handed = decode_record(emit.topic, raw)
                 except BadRecord as exc:
-                    out.append(self._dead_letter(emit.topic, emit.key, None, None, str(exc), encode_internal(emit.value)))
+                    out.append(self._dead_letter(emit.topic, emit.key, None, None, str(exc), raw))
                     continue
             out.extend(self._fold(emit.topic, emit.key, handed, None, None, None))
         return out
 
-    def _store(self, stage: Stage, states: dict[str, Any], key: str, state: Any) -> None:
+    def _store(self, stage: Stage, states: dict[str, Any], key: str, state: Any, raw: bytes | None) -> None:
         if self.wire:  # as the Faust tables hand it back: encoded, then decoded
-            state = self._state_decoders[stage.name].decode(_encoder.encode(state))
+            state = self._state_decoders[stage.name].decode(raw if raw is not None else _encoder.encode(state))
         states[key] = state
         if stage.waits_until is not None:
             until = stage.waits_until(state, self.rules)
@@ -178,7 +192,7 @@ class Pipeline:
         if marks is None:
             return []
         self.marks[stage.name] = marks
-        out = self._hand_over(forwarded(stage, progress))
+        out = self._hand_over(_unchecked(forwarded(stage, progress)))
         states = self.states.get(stage.name)
         if stage.settle is None or states is None:
             return out
@@ -189,9 +203,8 @@ class Pipeline:
             if isinstance(result, Failed):
                 out.append(self._dead_letter(progress.topic, key, progress.partition, None, result.reason, encode_internal(progress)))
                 continue
-            state, emits = result
-            self._store(stage, states, key, state)
-            out.extend(self._hand_over(emits))
+            self._store(stage, states, key, result.state, result.state_bytes)
+            out.extend(self._hand_over(result))
         return out
 
     def watermarks(self) -> list[tuple[str, str, datetime]]:
@@ -201,9 +214,9 @@ class Pipeline:
             out += [w for w in self.marks[STAGE_OF[topic].name].known() if w[1] == topic]
         return sorted(out)
 
-    def _dead_letter(self, topic: str, key: str | None, partition: int | None, offset: int | None, reason: str, value: bytes) -> Emit:
+    def _dead_letter(self, topic: str, key: str | None, partition: int | None, offset: int | None, reason: str, value: Raw) -> Emit:
         self.counts["dead_letters"] += 1
-        return dead_letter(topic, key, partition, offset, reason, value)
+        return dead_letter(topic, key, partition, offset, reason, value if isinstance(value, bytes) else value())
 
     # --- expiry ----------------------------------------------------------------------------
 

@@ -10,11 +10,9 @@ import msgspec
 
 from app.core.dead_letters import dead_letter
 from app.core.emit import Emit
-from app.model.decode import decode_trace_line
-from app.model.envelope import TraceLine
+from app.model.decode import BadRecord, decode_trace_line, parse_trace_line
 from app.replay.pipeline import Pipeline
 
-_LINE = msgspec.json.Decoder(TraceLine)
 NOT_A_RECORD = "(not a trace record)"  # the topic counted for a line that is not a record
 
 
@@ -44,6 +42,10 @@ def read_lines(path: Path) -> Iterator[tuple[int, bytes]]:
                 yield number, line
 
 
+def _value_of(line: bytes) -> bytes:
+    return bytes(parse_trace_line(line).value)
+
+
 def replay(
     lines: Iterable[tuple[int, bytes]], pipeline: Pipeline, seen: Callable[[str], None] | None = None, *, finish: bool = True
 ) -> Iterator[Emit]:
@@ -56,16 +58,18 @@ def replay(
         if fast is not None:
             if seen is not None:
                 seen(fast.topic)
-            yield from pipeline.feed_decoded(fast.topic, fast.key, fast.value, raw=line, offset=number)
+            # A dead letter quotes the record's value, as the worker's does: found again
+            # only for the few lines that need one.
+            yield from pipeline.feed_decoded(fast.topic, fast.key, fast.value, raw=lambda line=line: _value_of(line), offset=number)
             continue
         try:
-            record = _LINE.decode(line)
-        except (msgspec.DecodeError, RecursionError) as exc:
+            record = parse_trace_line(line)
+        except BadRecord as exc:
             if seen is not None:
                 seen(NOT_A_RECORD)
             pipeline.counts["records"] += 1
             pipeline.counts["dead_letters"] += 1
-            yield dead_letter("", None, None, number, f"not a trace record: {exc}", line.rstrip())
+            yield dead_letter("", None, None, number, str(exc), line.rstrip())
             continue
         if seen is not None:
             seen(record.topic)

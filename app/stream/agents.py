@@ -25,6 +25,7 @@ from typing import Any
 
 import faust
 
+from app.core.clock import CLOCK_FAULT
 from app.core.progress import NO_PROGRESS, Watermarks, progress_of
 from app.core.rules import Rules
 from app.core.topology import (
@@ -39,6 +40,7 @@ from app.core.topology import (
     forwarded,
     progress_in,
     settle,
+    time_fault,
 )
 from app.model.decode import BadRecord
 from app.model.facts import INTERNAL_TOPICS, Progress
@@ -145,6 +147,12 @@ class Stages:
             except BadRecord as exc:
                 await delivery.dead_letter(message, str(exc), batch)
                 return
+            marks = self.marks[stage.name].get(message.partition, NO_PROGRESS)
+            fault = time_fault(topic, record, marks, rules)
+            if fault is not None:  # R11.3, R11.4: neither folded nor moving stream time
+                self.counts["clock_faults"] += fault.startswith(CLOCK_FAULT)
+                await delivery.dead_letter(message, fault, batch)
+                return
             # A re-keyed record is recognised by the source record that caused it; a
             # source record by its own position (a header on it is someone else's words).
             origin = upstream_origin(message) if topic in INTERNAL_TOPICS else origin_of(message)
@@ -157,7 +165,6 @@ class Stages:
             key = reader.key((message.key or b"").decode("utf-8", "replace"), record)
             if key is None:
                 return
-            marks = self.marks[stage.name].get(message.partition, NO_PROGRESS)
             entry = None
             if table is not None:
                 table.advance(message.partition, record.cluster, record.observed_at)
@@ -170,9 +177,13 @@ class Stages:
                 log.error("%s[%d]@%d: %s", message.topic, message.partition, message.offset, result.reason)
                 await delivery.dead_letter(message, result.reason, batch)
                 return
-            await delivery.send(result[1], sent, batch)
-            if table is not None and result[0] is not None:
-                table.put(key, entry, origin, result[0])
+            self.counts.update(result.dropped)
+            await delivery.send(result.emits, sent, batch, encoded=result.emit_bytes)
+            # A fold that changed nothing and said nothing is not written (most pod updates:
+            # a new resourceVersion, the same facts); folded again after a crash, it
+            # changes nothing again.
+            if table is not None and result.state is not None and (result.state_bytes is not None or result.emits):
+                table.put(key, entry, origin, result.state, result.state_bytes)
 
         return handle
 
@@ -217,8 +228,9 @@ class Stages:
                 log.error("%s[%d]@%d: %s", message.topic, message.partition, message.offset, result.reason)
                 await self.delivery.dead_letter(message, result.reason, batch)
                 continue
-            index = await self.delivery.send(result[1], sent, batch, index)
-            table.put(key, entry, origin, result[0])
+            self.counts.update(result.dropped)
+            index = await self.delivery.send(result.emits, sent, batch, index, result.emit_bytes)
+            table.put(key, entry, origin, result.state, result.state_bytes)
 
     # --- expiry (SPEC R7.4) --------------------------------------------------------------------
 

@@ -13,6 +13,8 @@ from app.kafka.config import faust_kwargs
 from app.settings import Settings
 from app.stream.agents import Stages
 from app.stream.faust_fixes import (
+    bounded_rocksdb_memory,
+    on_stop_signal,
     seek_uncommitted_partitions_to_beginning,
     short_fetch_wait_between_rebalances,
     take_assignment_made_for_an_earlier_url,
@@ -28,7 +30,9 @@ def build_app(settings: Settings, rules: Rules = DEFAULT_RULES) -> tuple[faust.A
     rules = msgspec.structs.replace(rules, fleet=fleet if settings.fleet_stage else None)
     seek_uncommitted_partitions_to_beginning()
     take_assignment_made_for_an_earlier_url()
-    datadir = Path(settings.data_dir) / settings.app_id
+    if settings.store == "rocksdb":
+        bounded_rocksdb_memory(settings.rocksdb_block_cache_bytes, settings.rocksdb_write_buffer_bytes)
+    datadir = Path(settings.worker_dir)
     datadir.parent.mkdir(parents=True, exist_ok=True)
     app = faust.App(
         settings.app_id,  # the consumer group; changelog topics are <app_id>-<table>-changelog
@@ -77,8 +81,18 @@ def _identity(settings: Settings) -> dict[str, str]:
     return {}
 
 
-def run_worker(app: faust.App, settings: Settings) -> int:
-    """Run one worker in the foreground until SIGTERM/SIGINT."""
+def run_worker(app: faust.App, stages: Stages, settings: Settings) -> int:
+    """Run one worker in the foreground until SIGTERM/SIGINT, or until it decides to
+    stop; either way it exits within `stop_timeout` of that (app/stream/stopping.py)."""
     worker = faust.Worker(app, loglevel=settings.log_level.upper(), quiet=True)
+    deadline = stages.delivery.stop
+    on_stop_signal(worker, lambda name: deadline.arm(f"{name} received", code=0))
+    crash = app.crash
+
+    async def crashing(reason: BaseException) -> None:
+        deadline.arm(f"{type(reason).__name__}: {reason}")
+        await crash(reason)
+
+    app.crash = crashing  # type: ignore[method-assign]
     worker.execute_from_commandline()  # exits the process when the worker stops
     return 0

@@ -29,6 +29,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import faust
@@ -39,8 +40,11 @@ from app.core.emit import Emit
 from app.core.topology import to_every_partition
 from app.settings import Settings
 from app.stream.codecs import ORIGIN_HEADER, Origin, Position, encode
+from app.stream import in_flight
 from app.stream.continuity import CommittedOffsets, Continuity
+from app.stream.fault_injection import FaultInjection
 from app.stream.faust_fixes import forget_unacked
+from app.stream.stopping import StopDeadline
 from app.stream.tables import StateTable
 
 log = logging.getLogger("faultline.stream")
@@ -110,6 +114,8 @@ class Delivery:
         app.add_dependency(self.committed)
         self.out: dict[str, faust.TopicT] = {}
         self.rekey: set[str] = set()
+        self.stop = StopDeadline(settings.stop_timeout)
+        self._injection = FaultInjection()  # a test seam, off unless its variable is set
 
     def output(self, logical: str, *, partitions: int | None = None, rekey: bool = False) -> None:
         """A topic the agents write. Records sent to a re-key topic carry their origin."""
@@ -159,22 +165,38 @@ class Delivery:
         linger: float,
     ) -> Callable[[faust.StreamT], Any]:
         continuity = Continuity(self.app, name, self.committed)
+        noted = in_flight.InFlight(Path(self.settings.worker_dir) / "in-flight", name)
+        injection = self._injection
         limit = self.settings.batch_max
 
         async def agent(stream: faust.StreamT) -> None:
             batch = Batch(stream.noack(), table, before_flush, linger)  # events are acked by Batch.flush only
             idle = asyncio.ensure_future(self._flush_when_idle(batch))
+            noted.report()
             try:
                 async for event in batch.stream.events():
                     async with batch.lock:
-                        if not await continuity.check(event.message):
+                        message = event.message
+                        if not await continuity.check(message):
                             forget_unacked(self.app, [event])  # comes again: the rewind fetches it
                             continue
-                        self.records[self.logical.get(event.message.topic, event.message.topic)] += 1
-                        await handle(event.message, batch)
+                        logical = self.logical.get(message.topic, message.topic)
+                        self.records[logical] += 1
+                        if noted.poisoned(message):  # it stopped the worker twice (SPEC R11.3)
+                            self.counts["crash_loop_dead_letters"] += 1
+                            await self.dead_letter(message, in_flight.REASON, batch)
+                        else:
+                            noted.begin(message)
+                            if injection.on:
+                                injection.check(logical, message)
+                            await handle(message, batch)
+                            noted.end(message)
                         batch.add(event)
                         if len(batch.events) >= limit or (batch.nothing_queued() and batch.lingered()):
                             await self.flush(batch)
+            except Exception as exc:  # the worker stops (CrashingSupervisor): within stop_timeout
+                self.stop.arm(f"agent {name} stopped: {type(exc).__name__}: {exc}")
+                raise
             finally:
                 idle.cancel()
                 if batch.events:  # stopping with a batch unwritten: it must be delivered again
@@ -196,23 +218,27 @@ class Delivery:
                 try:
                     await self.flush(batch)
                 except Exception as exc:  # the worker must stop with the batch unacked
+                    self.stop.arm(f"a batch could not be written: {type(exc).__name__}: {exc}")
                     await self.app.crash(exc)
                     return
 
-    async def send(self, emits: list[Emit], origin: Origin, batch: Batch, index: int = 0) -> int:
+    async def send(self, emits: list[Emit], origin: Origin, batch: Batch, index: int = 0, encoded: list[bytes] | None = None) -> int:
         """Send every output; the batch waits for Kafka's acknowledgements (step 4).
         Progress goes to every partition of its topic (SPEC R12.3). `index` numbers the
-        records `origin` caused (a re-keyed record's position); returns the next one."""
-        for emit in emits:
-            value = emit.value if isinstance(emit.value, bytes) else encode(emit.value)
-            topic = self.out[emit.topic]
+        records `origin` caused (a re-keyed record's position); returns the next one.
+        `encoded`: the outputs' bytes, when the fold policy has them already."""
+        for i, emit in enumerate(emits):
+            value = encoded[i] if encoded is not None else emit.value if isinstance(emit.value, bytes) else encode(emit.value)
+            topic = self.out[emit.topic].get_topic_name()
             targets = range(self.settings.partitions) if to_every_partition(emit) else (None,)
             for partition in targets:
                 headers = None
                 if emit.topic in self.rekey:
                     tagged = Origin(origin.topic, origin.partition, Position(origin.position.offset, index))
                     headers = [(ORIGIN_HEADER, tagged.header())]
-                batch.sends.append(await topic.send(key=emit.key.encode(), value=value, partition=partition, headers=headers))
+                # Straight to the producer: Faust's Topic.send wraps each record in futures
+                # and callbacks this delivery does not use (the batch waits on its sends).
+                batch.sends.append(await self.app.producer.send(topic, emit.key.encode(), value, partition, None, headers))
                 index += 1
         self.counts["outputs"] += len(emits)
         return index

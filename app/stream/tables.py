@@ -68,21 +68,23 @@ class StateTable(Generic[S]):
         raw = pending[1] if pending is not None else self.table.get(raw_key)
         return self._load(raw) if raw is not None else None
 
-    def put(self, key: str, previous: Entry[S] | None, origin: Origin, state: S) -> None:
+    def put(self, key: str, previous: Entry[S] | None, origin: Origin, state: S, raw_state: bytes | None = None) -> None:
         """Hold `state`, the fold of `origin` into `previous`, until `flush`. Call from
-        the agent folding `origin`: its current event names the table partition."""
+        the agent folding `origin`: its current event names the table partition.
+        `raw_state`: the state's JSON, when the fold policy has it already."""
         event = current_event()
         if event is None:
             raise RuntimeError(f"table {self.name}: put outside of the agent folding {origin.header()!r}")
         positions = dict(previous.positions) if previous is not None else {}
         positions[origin.stream] = origin.position
-        self.hold(key, event, positions, state)
+        self.hold(key, event, positions, state, raw_state)
 
-    def hold(self, key: str, event: faust.types.EventT, positions: dict[str, Position], state: S) -> None:
+    def hold(self, key: str, event: faust.types.EventT, positions: dict[str, Position], state: S, raw_state: bytes | None = None) -> None:
         """Hold `state`, reflecting `positions`, until `flush`; `event` (the last record
         folded into it) names the table partition."""
         partition = event.message.partition
-        raw = encode(Entry(partition=partition, positions=positions, state=state))
+        value = msgspec.Raw(raw_state) if raw_state is not None else state  # the same bytes either way
+        raw = encode(Entry(partition=partition, positions=positions, state=value))
         self.pending[key.encode()] = (event, zlib.compress(raw, 1) if self._compressed else raw)
         index = self._waiting.get(partition)
         if index is not None and self._waits_until is not None:

@@ -63,10 +63,9 @@ class Fleet:
     def _fold(self, item: Emit) -> list[Emit]:
         result = apply(FLEET_STAGE, INPUT_OF[FLEET_INPUTS].fold, self.states.get(item.key), item.key, item.value, self.rules, self.marks)
         assert not isinstance(result, Failed), result
-        state, emits = result
-        if state is not None:
-            self.states[item.key] = state
-        return emits
+        if result.state is not None:
+            self.states[item.key] = result.state
+        return result.emits
 
     def _progress(self, at: datetime) -> list[Emit]:
         marks = self.marks.observe(Progress(CLUSTER, "k8s.pods", 0, 1, at))
@@ -82,8 +81,8 @@ class Fleet:
                 continue
             result = settle(FLEET_STAGE, self.states[key], key, self.rules, marks)
             assert not isinstance(result, Failed), result
-            self.states[key], emits = result
-            out += emits
+            self.states[key] = result.state
+            out += result.emits
         return out
 
 

@@ -131,13 +131,15 @@ class StreamStack:
         return self.faultline("publish", str(trace), *self.flags()).stdout
 
     def start_worker(self, worker_id: str = "w1", *, store: str = "rocksdb", sweep_interval: float = 60.0,
-                     extra: tuple[str, ...] = ()) -> WorkerProcess:
+                     extra: tuple[str, ...] = (), env: dict[str, str] | None = None) -> WorkerProcess:
+        """`env`: more environment variables (a fault-injection seam)."""
         log = self.workdir / f"worker-{worker_id}-{len(self.workers)}.log"
         cmd = [sys.executable, "-m", "app", "worker", *self.flags(), "--store", store, "--worker-id", worker_id,
                "--data-dir", str(self.workdir / f"data-{worker_id}"), "--web-port", "0",
                "--sweep-interval", str(sweep_interval), *extra]
         with open(log, "wb") as out:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_worker_env())
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env={**_worker_env(), **(env or {})})
         worker = WorkerProcess(proc, log, worker_id)
         self.workers.append(worker)
         return worker

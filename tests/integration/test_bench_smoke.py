@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("script", ["bench.replay_kafka", "bench.pipeline"])
+@pytest.mark.parametrize("script", ["bench.replay_kafka", "bench.pipeline", "bench.rss"])
 def test_broker_benchmark_smoke_mode_prints_its_figures(script, kafka_bootstrap):
     env = {**os.environ, "FAULTLINE_KAFKA_BOOTSTRAP": kafka_bootstrap}
     args = ["--smoke"] + (["--rate", "200"] if script == "bench.pipeline" else [])

@@ -71,3 +71,25 @@ def test_nothing_readable_exits_non_zero(tmp_path):
 def test_missing_trace_names_the_problem():
     result = faultline("classify", "does-not-exist.jsonl")
     assert result.returncode != 0 and "does not exist" in result.stderr
+
+
+def test_r11_3_hostile_records_in_a_trace_are_dead_letters_and_every_command_exits_0(tmp_path):
+    """Issue 16: a record nested too deeply, times at the calendar's ends, a '/' in an
+    attempt label, a fault flood: `replay`, `classify` (with `--fleet`) and `fleet` say
+    which lines they skipped and why, and exit 0; no traceback."""
+    from tests.unit import hostile
+    from tests.unit.builders import T0
+    from tests.unit.stories import pod_task_nvlink
+
+    lines = [*pod_task_nvlink(), *hostile.nested(T0), *hostile.out_of_range_times(T0), *hostile.slash_label(T0),
+             *hostile.far_object_times("calendar", T0), *hostile.fault_flood("flood", T0, count=200), *hostile.restart_storm("storm", T0)]
+    trace = tmp_path / "hostile.jsonl"
+    trace.write_bytes(b"".join(hostile.trace_line(line) + b"\n" for line in lines))
+    out = tmp_path / "out.jsonl"
+    for args in (("replay", "--trace", str(trace), "--out", str(out)), ("classify", str(trace)), ("classify", "--fleet", str(trace)), ("fleet", str(trace))):
+        result = faultline(*args)
+        assert result.returncode == 0 and "Traceback" not in result.stderr, (args, result.stderr[-2000:])
+        assert "10 of" in result.stderr and "nested too deeply" in result.stderr and "out of range" in result.stderr, args
+    letters = [orjson.loads(line)["value"] for line in out.read_bytes().splitlines() if b'"faultline.dead-letter"' in line[:40]]
+    assert len(letters) == 10 and all(letter["reason"] for letter in letters)
+    assert "prod-a/ml/nightly-7f3a/train/1" in faultline("classify", str(trace)).stdout  # the valid attempt

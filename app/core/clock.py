@@ -1,0 +1,58 @@
+"""Record times the rules can use (SPEC R11.3 out-of-range times, R11.4 clock faults).
+
+Both are checked on a source record before it is folded or moves stream time, by every
+driver (`topology.time_fault`).
+
+- Out of range: the rules add to and take from a record's time (windows, retention,
+  skews); a time closer than that to the calendar's ends (0001-01-01, 9999-12-31) would
+  overflow. Such a record is dead-lettered, progress (BOOKMARK) included.
+  The times inside an object that the rules compute with or publish (a container's
+  finishedAt, a deletionTimestamp, a failed condition's lastTransitionTime, a fault's
+  first and last seen) are held to the same range by the folds that read them
+  (`require_in_range`): their record is refused.
+- Clock fault: a change observed more than `max_clock_skew` after its topic's watermark
+  at the stage. The watermark follows the bridge's own progress (R12), so the bridge's
+  clock cannot be that far ahead of what it has already said. The check needs the
+  watermark of the record's own topic and cluster (the stage's least watermark over
+  several topics can lag because the reader does): before it exists there is nothing to
+  measure against — without progress, a quiet gap of hours between records is
+  legitimate, and a trace without BOOKMARKs is never checked. Progress records are never
+  clock faults: progress is how stream time legitimately jumps after a quiet gap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from app.core.rules import Rules
+from app.model.decode import BadRecord
+
+CLOCK_FAULT = "clock fault"  # how every clock fault's reason starts (drivers count them)
+
+
+def out_of_range(at: datetime, rules: Rules) -> str | None:
+    """R11.3: why `at` (a record's observed_at) is too close to the calendar's ends for
+    the rules' arithmetic, or None."""
+    first, last = rules.usable_times
+    if first <= at <= last:
+        return None
+    return f"observed_at {at.isoformat()} is out of range: the rules need {rules.time_margin} either side of a record time"
+
+
+def require_in_range(times: Iterable[tuple[str, datetime | None]], rules: Rules) -> None:
+    """R11.3: raise BadRecord naming the first of these object times (what, time) too
+    close to the calendar's ends to compute with; a fold calls it before it keeps them."""
+    for what, at in times:
+        if at is not None and out_of_range(at, rules) is not None:
+            raise BadRecord(f"{what} {at.isoformat()} is out of range: the rules need {rules.time_margin} either side of a time")
+
+
+def clock_fault(at: datetime, watermark: datetime | None, where: str, rules: Rules) -> str | None:
+    """R11.4: why a change observed at `at` is a clock fault given the watermark of its
+    topic and cluster (`where`) at the stage, or None."""
+    if watermark is None or at - watermark <= rules.max_clock_skew:
+        return None
+    # Names no watermark: the reason is the same whenever the record is read (a replay
+    # merging topics by time reads it later than the worker did).
+    return f"{CLOCK_FAULT}: observed_at {at.isoformat()} is more than max_clock_skew ({rules.max_clock_skew_seconds:g} s) ahead of the watermark of {where}"
