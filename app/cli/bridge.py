@@ -339,6 +339,9 @@ def _run_on(api: Any, state: RunState, printer: LivePrinter, watch: BridgeSettin
         )
     sink = PipelineSink(pipeline, printer, event_log, state.positions, delivered.mark)
     try:
-        return _watch(sink, watch, args.duration, args.max_records, api)
+        code = _watch(sink, watch, args.duration, args.max_records, api)
     finally:
         sink.close()
+    if event_log.skipped:
+        log.info("%d change(s) the watches sent again were in the event log already: not fed twice", event_log.skipped)
+    return code

@@ -244,6 +244,7 @@ class EventLog:
             self.skipped += 1
             return False
         line = trace_line(topic, key, value)
+        self._advance(entry.at)  # first: a segment it closes may have expired at this time
         segment = self._active(entry.at)
         try:
             assert self._out is not None
@@ -290,10 +291,13 @@ class EventLog:
         have = self._latest.get(entry.key)
         return have is not None and covers((have[1], have[2]), entry)
 
+    def _advance(self, at: datetime | None) -> None:
+        if at is not None and (self.stream_time is None or at > self.stream_time):
+            self.stream_time = at
+
     def _note(self, segment: Segment, entry: Entry, size: int) -> None:
         segment.count(size, entry.at)
-        if entry.at is not None and (self.stream_time is None or entry.at > self.stream_time):
-            self.stream_time = entry.at
+        self._advance(entry.at)
         if entry.key is not None:
             previous = self._latest.get(entry.key)
             if previous is not None:
