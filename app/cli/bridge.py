@@ -292,6 +292,8 @@ def run_live(args: argparse.Namespace) -> int:
             code = _run_on(api, state, printer, watch, args)
         except LogError as exc:
             return _fail(str(exc))
+        except KeyboardInterrupt:  # Ctrl-C while the log is replayed (the watch handles its own)
+            return _fail("interrupted", 130)
     finally:
         api.close()
         state.close()

@@ -102,7 +102,9 @@ class RunState:
         self.folder = folder
         self.log_folder = folder / LOG
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            # Private: the log holds objects as the API server served them (pod specs, with
+            # any environment values written into them).
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             raise StateError(f"cannot create the state folder {folder}: {exc}; give --state a folder you may write") from None
         self._lock = _lock(folder)
