@@ -203,3 +203,55 @@ def test_run_restarted_after_etcd_compacted_its_position_relists_and_feeds_each_
     assert sorted(logged(state)[3:]) == [("ADDED", "a", patched), ("ADDED", "c", created)]
     text = err.read_text()
     assert "no longer has the state at resourceVersion" in text and "Traceback" not in text
+
+
+def test_a_gang_preempted_while_run_is_down_is_waited_for_and_readmitted_as_one_run_sees_it(apiserver, tmp_path):
+    """A JobSet under Kueue (resume after preemption on) runs; while the run is stopped it is
+    preempted and suspended; started again, the run decides the wait on the Workload's
+    progress (R9.4, R12.4) and sees the readmission and the completion. The transitions
+    printed equal those of an uninterrupted run, but for the wait's length: the
+    interrupted run observed the suspension only when it came back (the bridge's clock is
+    the stream's, R12.5)."""
+    from tests.unit.gang_builders import GangWorld
+
+    world = GangWorld(policy="true").start().pause(60)
+    running = len(world.records)
+    world.preempt("InCohortReclamation").suspend().jobs_stopped().release_quota().pause(60)
+    down = len(world.records)
+    world.readmit().unsuspend().workers_ready().pods_ready().pause(60).complete().finish()
+    ops = story_operations(world.records)
+    cut = [len(story_operations(world.records[:n])) for n in (running, down)]
+    ns = namespace(apiserver, "gang")
+    whole, broken = tmp_path / "whole-state", tmp_path / "broken-state"
+    reference, ref_out, ref_err = start(whole, apiserver.kubeconfig, ns, "whole", tmp_path)
+    interrupted, out_1, err_1 = start(broken, apiserver.kubeconfig, ns, "broken-1", tmp_path)
+    restarted = None
+    try:
+        for err in (ref_err, err_1):
+            wait_for(lambda err=err: "every watch has listed and is live" in err.read_text(), timeout=90, what=f"{err.name}: live")
+        player = StoryPlayer(apiserver, ns)
+        changes = player.play_operations(ops[: cut[0]])
+        wait_for(lambda: "Pending -> Running" in out_1.read_text(), timeout=60, what="the gang running")
+        stop(interrupted)
+        changes = player.play_operations(ops[cut[0] : cut[1]])
+        wait_for(lambda: changes_logged(whole) == changes, timeout=60, what="the reference run's log")
+        restarted, out_2, err_2 = start(broken, apiserver.kubeconfig, ns, "broken-2", tmp_path)
+        wait_for(lambda: "-> WaitingForReadmission" in out_2.read_text(), timeout=60, what="the wait decided after the restart")
+        changes = player.play_operations(ops[cut[1] :])
+        wait_for(lambda: "-> Completed" in ref_out.read_text() and "-> Completed" in out_2.read_text(), timeout=60, what="both runs: completed")
+    finally:
+        stop(reference)
+        stop(interrupted)
+        if restarted is not None:
+            stop(restarted)
+    assert reference.returncode == interrupted.returncode == restarted.returncode == 0
+    texts = [p.read_text() for p in (ref_err, err_1, err_2)]
+    assert not any("Traceback" in t for t in texts), texts
+
+    def transitions(*outs: Path) -> Counter[str]:
+        """Printed transitions, the WAITED column masked."""
+        return Counter(re.sub(r"  [0-9.e+]+s  ", "  <waited>  ", line) for line in printed(*outs) if " -> " in line)
+
+    assert transitions(out_1, out_2) == transitions(ref_out)
+    assert [line.split("  ")[1] for line in printed(ref_out) if " -> " in line] == [
+        "Pending -> Running", "Running -> WaitingForReadmission", "WaitingForReadmission -> Running", "Running -> Completed"]
