@@ -3,7 +3,8 @@ gap markers, then `flush()` before it saves a position through `sink.positions` 
 publishes progress.
 
 Two sinks live here and in `app.bridge.kafka_sink`: Kafka (the `bridge` command) and a
-trace file (`record`); the embedded mode's sink (`run`) is composed in `app.cli`.
+trace file (`record`); the embedded mode's sink (`run`) is composed in `app.cli`, and
+its event log holds trace lines too.
 """
 
 from __future__ import annotations
@@ -40,6 +41,12 @@ class Sink(Protocol):
     def close(self) -> None: ...
 
 
+def trace_line(topic: str, key: str, value: bytes) -> bytes:
+    """One trace line, `{"topic", "key", "value"}` and a newline, around envelope bytes
+    already encoded (DESIGN.md; `faultline replay --trace` reads it)."""
+    return b'{"topic":' + orjson.dumps(topic) + b',"key":' + orjson.dumps(key) + b',"value":' + value + b"}\n"
+
+
 class TraceSink:
     """A trace file: JSON Lines `{"topic", "key", "value"}` with logical topic names
     (DESIGN.md); a progress record is one line per topic. Gap markers are not source
@@ -51,18 +58,15 @@ class TraceSink:
         self.written = 0
         self.progress = 0
 
-    def _line(self, topic: str, key: str, value: bytes) -> None:
-        self._out.write(b'{"topic":' + orjson.dumps(topic) + b',"key":' + orjson.dumps(key) + b',"value":' + value + b"}\n")
-
     def publish(self, record: SourceRecord) -> None:
-        self._line(record.topic, record.key, record.value)
+        self._out.write(trace_line(record.topic, record.key, record.value))
         self.written += 1
 
     def publish_gap(self, gap: BridgeGap) -> None:
         pass
 
     def publish_progress(self, topic: str, key: str, value: bytes) -> None:
-        self._line(topic, key, value)
+        self._out.write(trace_line(topic, key, value))
         self.progress += 1
 
     def flush(self) -> None:

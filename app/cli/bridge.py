@@ -16,11 +16,12 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from app import settings as settings_mod
 from app.bridge import settings as bridge_settings_mod
 from app.bridge.errors import BridgeError
+from app.bridge.positions import MemoryPositions
 from app.bridge.settings import BridgeSettings
 from app.cli import render
 from app.cli.common import KAFKA as KAFKA_CONNECTION
@@ -29,12 +30,16 @@ from app.cli.common import need
 from app.cli.settings_flags import settings_flags
 from app.settings import SettingsError
 
+if TYPE_CHECKING:
+    from app.cli.run_state import RunState
+
 KAFKA = [*KAFKA_CONNECTION, "replication", "log_level"]
 LOGGING = ["log_level"]
 WATCH = [info.name for info in bridge_settings_mod.describe()]
-# Settings of the bridge's own publishing loop: `record` and `run` keep no positions and
-# run no liveness probe, so they do not offer them.
-WATCH_LOCAL = [name for name in WATCH if name not in ("checkpoint_interval", "heartbeat_file")]
+# Settings of the bridge's own publishing loop: `record` keeps no positions, and neither
+# it nor `run` runs a liveness probe, so they do not offer them.
+WATCH_RECORD = [name for name in WATCH if name not in ("checkpoint_interval", "heartbeat_file")]
+WATCH_RUN = [name for name in WATCH if name != "heartbeat_file"]
 
 log = logging.getLogger("faultline.bridge")
 
@@ -46,7 +51,8 @@ def _stop_flags(parser: argparse.ArgumentParser) -> None:
 
 def register(commands: argparse._SubParsersAction) -> None:
     watch = settings_flags(bridge_settings_mod.describe(), WATCH, "watch settings")
-    watch_local = settings_flags(bridge_settings_mod.describe(), WATCH_LOCAL, "watch settings")
+    watch_record = settings_flags(bridge_settings_mod.describe(), WATCH_RECORD, "watch settings")
+    watch_run = settings_flags(bridge_settings_mod.describe(), WATCH_RUN, "watch settings")
     kafka = settings_flags(settings_mod.describe(), KAFKA, "Kafka settings")
     logging_only = settings_flags(settings_mod.describe(), LOGGING, "logging")
 
@@ -58,20 +64,35 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run_bridge, kafka_names=KAFKA, watch_names=WATCH)
 
     p = commands.add_parser(
-        "record", parents=[watch_local, logging_only], help="watch a cluster and write every change to a trace file (JSON Lines)"
+        "record", parents=[watch_record, logging_only], help="watch a cluster and write every change to a trace file (JSON Lines)"
     )
     p.add_argument("--out", type=Path, required=True, help="trace file to write ('-' for stdout)")
     _stop_flags(p)
-    p.set_defaults(run=run_record, kafka_names=LOGGING, watch_names=WATCH_LOCAL)
+    p.set_defaults(run=run_record, kafka_names=LOGGING, watch_names=WATCH_RECORD)
 
     p = commands.add_parser(
         "run",
-        parents=[watch_local, logging_only],
-        help="watch a cluster and classify in this process (no broker): print verdicts and gang transitions as they come",
+        parents=[watch_run, logging_only],
+        help="watch a cluster and classify in this process (no broker): print verdicts and gang transitions as they come; "
+        "resumes where it stopped (its event log and positions are in --state)",
     )
-    p.add_argument("--out", type=Path, default=None, help="also write every output record to this file (JSON Lines, as `replay`)")
+    p.add_argument(
+        "--state",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="folder of the run's event log, watch positions and lock, one per cluster (default: "
+        "$XDG_DATA_HOME/faultline/run/CLUSTER, else ~/.local/share/faultline/run/CLUSTER); `rm -r DIR` starts from scratch",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="also write every output record to this file (JSON Lines, as `replay`); written afresh at each start: the "
+        "outputs of the whole event log, then the live ones",
+    )
     _stop_flags(p)
-    p.set_defaults(run=run_live, kafka_names=LOGGING, watch_names=WATCH_LOCAL)
+    p.set_defaults(run=run_live, kafka_names=LOGGING, watch_names=WATCH_RUN)
 
 
 def _load(args: argparse.Namespace) -> tuple[settings_mod.Settings, BridgeSettings]:
@@ -88,14 +109,15 @@ def _setup_logging(level: str) -> None:
     logging.getLogger("urllib3").setLevel(logging.ERROR)
 
 
-def _on_signals(stop: threading.Event) -> Callable[[], None]:
+def _on_signals(stop: threading.Event, saves_positions: bool) -> Callable[[], None]:
     """SIGINT/SIGTERM ask for a clean stop; a second one interrupts at once."""
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    then = ", then saving the positions" if saves_positions else ""
 
     def handler(signum: int, frame: object) -> None:
         if stop.is_set():
             raise KeyboardInterrupt
-        log.info("stopping (signal %s): publishing what was received, then saving the positions", signal.Signals(signum).name)
+        log.info("stopping (signal %s): publishing what was received%s", signal.Signals(signum).name, then)
         stop.set()
 
     for sig in previous:
@@ -108,18 +130,27 @@ def _on_signals(stop: threading.Event) -> Callable[[], None]:
     return restore
 
 
-def _watch(sink: Any, watch: BridgeSettings, duration: float | None = None, max_records: int | None = None) -> int:
-    """Run the bridge into `sink` until a signal, `duration` or `max_records`."""
-    from app.bridge.bridge import Bridge
+def _connect(watch: BridgeSettings) -> Any:
+    """The API client from the kubeconfig (no request yet); BridgeError names what is wrong."""
     from app.bridge.client import KubeApi, api_client
 
     streams = max(1, len(watch.namespace_list())) * 8
-    try:
-        api = KubeApi(api_client(watch.kubeconfig, watch.context, connections=streams + 4))
-    except BridgeError as exc:
-        return _fail(str(exc))
+    return KubeApi(api_client(watch.kubeconfig, watch.context, connections=streams + 4))
+
+
+def _watch(sink: Any, watch: BridgeSettings, duration: float | None = None, max_records: int | None = None, api: Any = None) -> int:
+    """Run the bridge into `sink` until a signal, `duration` or `max_records` (on `api`,
+    else one from the kubeconfig, closed at the end)."""
+    from app.bridge.bridge import Bridge
+
+    owned = api is None
+    if owned:
+        try:
+            api = _connect(watch)
+        except BridgeError as exc:
+            return _fail(str(exc))
     stop = threading.Event()
-    restore = _on_signals(stop)
+    restore = _on_signals(stop, not isinstance(sink.positions, MemoryPositions))
     started = time.monotonic()
     try:
         stats = Bridge(api, sink, watch).run(stop, duration=duration, max_records=max_records)
@@ -129,7 +160,8 @@ def _watch(sink: Any, watch: BridgeSettings, duration: float | None = None, max_
         return _fail("interrupted", 130)
     finally:
         restore()
-        api.close()
+        if owned:
+            api.close()
     elapsed = time.monotonic() - started
     topics = ", ".join(f"{topic} {n}" for topic, n in sorted(stats.by_topic.items())) or "none"
     log.info("%d records in %.1fs (%s); %d gap(s), %d progress record(s)", stats.records, elapsed, topics, stats.gaps, stats.progress)
@@ -201,11 +233,18 @@ class LivePrinter:
         self.transitions = 0
 
     def __call__(self, emit: Any) -> None:
-        from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, GANG_TRANSITIONS
+        self.keep(emit)
+        self.show(emit)
 
+    def keep(self, emit: Any) -> None:
+        """Write to `out` only (an output of the replayed log, printed by an earlier run)."""
         if self._out is not None:
             self._out.write(self._encode(emit) + b"\n")
             self._out.flush()  # a reader may follow the file while the run goes on
+
+    def show(self, emit: Any) -> None:
+        from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, GANG_TRANSITIONS
+
         if emit.topic == CLASSIFIED_FAILURES:
             head = [self._verdicts.head()] if not self.verdicts else []
             self.verdicts += 1
@@ -229,21 +268,82 @@ def run_live(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         return _fail(str(exc), 2)
     _setup_logging(kafka.log_level)
-    from app.cli.pipeline_sink import PipelineSink
-    from app.replay.pipeline import Pipeline
+    from app.cli.event_log import LogError
+    from app.cli.run_state import RunState, StateError, default_state_dir
 
-    out = None
-    if args.out is not None:
-        try:
-            out = args.out.open("wb")
-        except OSError as exc:
-            return _fail(f"cannot write the output file {args.out}: {exc}")
-    printer = LivePrinter(sys.stdout, out)
     try:
-        code = _watch(PipelineSink(Pipeline(), printer), watch, args.duration, args.max_records)
+        api = _connect(watch)  # a kubeconfig problem is said before the log is replayed
+    except BridgeError as exc:
+        return _fail(str(exc))
+    try:
+        state = RunState(args.state or default_state_dir(watch.cluster), watch.cluster)
+    except StateError as exc:
+        api.close()
+        return _fail(str(exc))
+    out = None
+    try:
+        if args.out is not None:
+            try:
+                out = args.out.open("wb")
+            except OSError as exc:
+                return _fail(f"cannot write the output file {args.out}: {exc}")
+        printer = LivePrinter(sys.stdout, out)
+        try:
+            code = _run_on(api, state, printer, watch, args)
+        except LogError as exc:
+            return _fail(str(exc))
+        except KeyboardInterrupt:  # Ctrl-C while the log is replayed (the watch handles its own)
+            return _fail("interrupted", 130)
     finally:
+        api.close()
+        state.close()
         if out is not None:
             out.close()
     if code == 0:
-        print(f"{printer.verdicts} verdict(s), {printer.transitions} gang transition(s)", file=sys.stderr)
+        print(f"{printer.verdicts} verdict(s), {printer.transitions} gang transition(s); state in {state.folder}", file=sys.stderr)
+    return code
+
+
+def _run_on(api: Any, state: RunState, printer: LivePrinter, watch: BridgeSettings, args: argparse.Namespace) -> int:
+    """Replay the event log (into --out; printed only what an earlier run had not printed
+    yet), then watch from the saved positions."""
+    from app.cli.event_log import EventLog
+    from app.cli.pipeline_sink import PipelineSink
+    from app.replay.pipeline import Pipeline
+    from app.replay.trace import feed_line
+
+    pipeline = Pipeline()
+    event_log = EventLog(state.log_folder, pipeline.rules.retention)
+    delivered = state.delivered
+    replayed = 0
+    for index, line in event_log.lines():
+        replayed += 1
+        emits = feed_line(pipeline, index, line)
+        if index <= delivered.index:  # printed by an earlier run
+            for emit in emits:
+                printer.keep(emit)
+            continue
+        for emit in emits:  # a stop cut short the printing of what this line caused
+            printer(emit)
+        if emits:
+            delivered.mark(index)
+    event_log.retire()
+    if state.fresh:
+        log.info("no saved state in %s: listing the cluster from scratch", state.folder)
+        state.positions.where = None  # said here: the bridge need not say it again
+    else:
+        oldest = event_log.oldest()
+        log.info(
+            "replayed %d record(s) from the event log in %s%s; resuming the watches from the saved positions",
+            replayed,
+            state.folder,
+            f" (observed since {oldest:%Y-%m-%d %H:%M:%S} UTC)" if oldest else "",
+        )
+    sink = PipelineSink(pipeline, printer, event_log, state.positions, delivered.mark)
+    try:
+        code = _watch(sink, watch, args.duration, args.max_records, api)
+    finally:
+        sink.close()
+    if event_log.skipped:
+        log.info("%d change(s) the watches sent again were in the event log already: not fed twice", event_log.skipped)
     return code

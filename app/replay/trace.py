@@ -46,33 +46,36 @@ def _value_of(line: bytes) -> bytes:
     return bytes(parse_trace_line(line).value)
 
 
+def feed_line(pipeline: Pipeline, number: int, line: bytes, seen: Callable[[str], None] | None = None) -> list[Emit]:
+    """One trace line through the pipeline; a bad line becomes a dead letter (R11.1) whose
+    `offset` is its line number. `seen` is told the line's topic (for counters)."""
+    fast = decode_trace_line(line)
+    if fast is not None:
+        if seen is not None:
+            seen(fast.topic)
+        # A dead letter quotes the record's value, as the worker's does: found again only
+        # for the few lines that need one.
+        return pipeline.feed_decoded(fast.topic, fast.key, fast.value, raw=lambda: _value_of(line), offset=number)
+    try:
+        record = parse_trace_line(line)
+    except BadRecord as exc:
+        if seen is not None:
+            seen(NOT_A_RECORD)
+        pipeline.counts["records"] += 1
+        pipeline.counts["dead_letters"] += 1
+        return [dead_letter("", None, None, number, str(exc), line.rstrip())]
+    if seen is not None:
+        seen(record.topic)
+    return pipeline.feed(record.topic, record.key, bytes(record.value), offset=number)
+
+
 def replay(
     lines: Iterable[tuple[int, bytes]], pipeline: Pipeline, seen: Callable[[str], None] | None = None, *, finish: bool = True
 ) -> Iterator[Emit]:
-    """Feed trace lines through the pipeline; a bad line becomes a dead letter (R11.1)
-    whose `offset` is its line number, and the replay goes on. The end of the lines is
-    the end of the input (`finish`: every pending decision is taken, R12.3) unless
-    `finish=False` (more lines to come). `seen` is told each line's topic (for counters)."""
+    """Feed trace lines through the pipeline (`feed_line`), and the replay goes on past a
+    bad line. The end of the lines is the end of the input (`finish`: every pending
+    decision is taken, R12.3) unless `finish=False` (more lines to come)."""
     for number, line in lines:
-        fast = decode_trace_line(line)
-        if fast is not None:
-            if seen is not None:
-                seen(fast.topic)
-            # A dead letter quotes the record's value, as the worker's does: found again
-            # only for the few lines that need one.
-            yield from pipeline.feed_decoded(fast.topic, fast.key, fast.value, raw=lambda line=line: _value_of(line), offset=number)
-            continue
-        try:
-            record = parse_trace_line(line)
-        except BadRecord as exc:
-            if seen is not None:
-                seen(NOT_A_RECORD)
-            pipeline.counts["records"] += 1
-            pipeline.counts["dead_letters"] += 1
-            yield dead_letter("", None, None, number, str(exc), line.rstrip())
-            continue
-        if seen is not None:
-            seen(record.topic)
-        yield from pipeline.feed(record.topic, record.key, bytes(record.value), offset=number)
+        yield from feed_line(pipeline, number, line, seen)
     if finish:
         yield from pipeline.finish()

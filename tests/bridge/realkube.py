@@ -14,7 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tests.bridge.helpers import story_operations
+from tests.bridge.helpers import Operation, story_operations
 
 # What a client may send of an object's metadata on create (the server sets the rest).
 CREATE_METADATA = ("name", "labels", "annotations", "ownerReferences")
@@ -78,7 +78,12 @@ class StoryPlayer:
 
     def play(self, records: list[dict[str, Any]]) -> int:
         """Returns how many changes the watches see."""
-        for o in story_operations(records):
+        return self.play_operations(story_operations(records))
+
+    def play_operations(self, operations: list[Operation]) -> int:
+        """Some of a story's operations (`story_operations`), in order; returns how many
+        changes the watches see, counted from this player's first call."""
+        for o in operations:
             obj = self._mapped(o.obj)
             if o.op == "create":
                 self._create(o.plural, obj)

@@ -118,7 +118,8 @@ def test_run_classifies_live_and_prints_verdicts_as_they_come(kube, tmp_path, ca
 
     player = threading.Thread(target=play)
     player.start()
-    code = cli_main(["run", "--kubeconfig", str(kubeconfig), "--cluster", CLUSTER, "--out", str(out), "--max-records", str(watched_changes(records))])
+    code = cli_main(["run", "--kubeconfig", str(kubeconfig), "--cluster", CLUSTER, "--state", str(tmp_path / "state"), "--out", str(out),
+                     "--max-records", str(watched_changes(records))])
     player.join()
     captured = capsys.readouterr()
     assert code == 0, captured.err

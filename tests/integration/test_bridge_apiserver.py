@@ -98,7 +98,7 @@ def test_a_story_replayed_on_the_api_server_classifies_alike_through_record_run_
     logs = {name: tmp_path / f"{name}.log" for name in ("record", "run", "bridge")}
     procs = {
         "record": faultline("record", *watch, "--out", str(trace), log=logs["record"]),
-        "run": faultline("run", *watch, "--out", str(outputs), log=logs["run"]),
+        "run": faultline("run", *watch, "--state", str(tmp_path / "run-state"), "--out", str(outputs), log=logs["run"]),
         "bridge": faultline("bridge", *watch, "--bootstrap", kafka_bootstrap, "--topic-prefix", topic_prefix, log=logs["bridge"]),
     }
     try:
