@@ -24,10 +24,9 @@ from pathlib import Path
 from kafka import KafkaAdminClient, KafkaConsumer
 from kafka.errors import KafkaError
 
-from app.model.envelope import SOURCE_TOPICS
-from app.model.facts import ATTEMPT_FACTS, GANG_INPUTS
+from app.core.topology import STAGE_OF
+from app.kafka.topics import create_topics
 from app.settings import load
-from app.stream.topics import create_topics
 from bench import pipeline
 from bench.broker import kafka
 from bench.tracegen import generate
@@ -49,7 +48,7 @@ def measure(bootstrap: str, records: list, tmp: Path) -> tuple[dict[float, float
     create_topics(settings)
     pipeline._produce(bootstrap, prefix, records)
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    topics = [prefix + t for t in (*SOURCE_TOPICS, ATTEMPT_FACTS, GANG_INPUTS)]
+    topics = [prefix + t for t in STAGE_OF]  # every stage's inputs
     log = tmp / "worker.log"
     worker = pipeline._start_worker(bootstrap, prefix, tmp / "worker", log)
     at: dict[float, float] = {}
