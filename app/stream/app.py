@@ -14,10 +14,12 @@ from app.settings import Settings
 from app.stream.agents import Stages
 from app.stream.faust_fixes import (
     bounded_rocksdb_memory,
+    deliver_records_without_tasks_when_nothing_can_wait,
     on_stop_signal,
     seek_uncommitted_partitions_to_beginning,
     short_fetch_wait_between_rebalances,
     take_assignment_made_for_an_earlier_url,
+    without_per_event_monitor,
 )
 from app.stream.read_model import FleetReadModel
 
@@ -30,6 +32,7 @@ def build_app(settings: Settings, rules: Rules = DEFAULT_RULES) -> tuple[faust.A
     rules = msgspec.structs.replace(rules, fleet=fleet if settings.fleet_stage else None)
     seek_uncommitted_partitions_to_beginning()
     take_assignment_made_for_an_earlier_url()
+    deliver_records_without_tasks_when_nothing_can_wait()
     if settings.store == "rocksdb":
         bounded_rocksdb_memory(settings.rocksdb_block_cache_bytes, settings.rocksdb_write_buffer_bytes)
     datadir = Path(settings.worker_dir)
@@ -63,6 +66,7 @@ def build_app(settings: Settings, rules: Rules = DEFAULT_RULES) -> tuple[faust.A
         autodiscover=False,
     )
     short_fetch_wait_between_rebalances(app, settings.fetch_wait_ms)
+    without_per_event_monitor(app)
     stages = Stages(app, settings, rules)
     view = FleetReadModel(stages, settings, rules, fleet)
     if settings.fleet_stage:
