@@ -163,7 +163,7 @@ class Rules(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True):
     @cached_property
     def version(self) -> str:
         """`<name>@<hash>`: the hash covers the Xid table and every setting."""
-        settings = msgspec.to_builtins(self, str_keys=True)
+        settings = msgspec.to_builtins(self, str_keys=True, order="deterministic")  # sets sorted: the same hash in every process
         settings.pop("name")
         settings.pop("fleet")  # shapes derived records, never a verdict
         payload = msgspec.json.encode(settings, order="deterministic")  # sorts keys and sets

@@ -96,3 +96,11 @@ def test_r10_2_reclassify_walkthrough_from_the_command_line(tmp_path):
     assert len(machine["changes"]) == 2 and machine["attempts_compared"] == 10
     shown = json.loads(faultline("rules", "show", "--rules", str(RULE_FILE)))
     assert shown["rules_version"] == load_rules(RULE_FILE).version and 143 in shown["xid"]["critical"]
+
+
+def test_r10_1_rules_version_is_the_same_however_a_code_set_was_built() -> None:
+    """The version names the rules, not how a process happened to build their sets: a
+    rule file's version printed by `faultline rules show` equals the one a worker computes."""
+    one, other = frozenset([13, 31, 43, 45]), frozenset([45, 43, 31, 13])
+    assert list(one) != list(other)  # the same codes, iterated in another order
+    assert Rules(xid=XidTable(user=one)).version == Rules(xid=XidTable(user=other)).version
