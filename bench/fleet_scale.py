@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -100,7 +101,7 @@ def measure_embedded(trace: Path, rules: Rules = DEFAULT_RULES) -> Embedded:
     return Embedded(pipeline.states_largest, records, live.summary(), pipeline.counts["records"])
 
 
-def write_trace(path: Path, attempts: int, nodes: int, seed: int = 1, **kw: Any) -> Path:
+def write_trace(path: Path, attempts: int, nodes: int, *, seed: int = 1, **kw: Any) -> Path:
     """The scale trace as a trace file (`{"topic", "key", "value"}` lines)."""
     with path.open("wb") as out:
         for topic, key, value in failed_fleet(attempts, nodes, seed=seed, **kw):
@@ -167,42 +168,71 @@ def largest_records(bootstrap: str, prefix: str) -> Largest:
 # --- the two workers on a broker ----------------------------------------------------------------
 
 
-def two_workers(bootstrap: str, trace: Path, want: str, tmp: Path, workers: int = 2, timeout: float = 1800) -> tuple[dict[int, str], Largest, float]:
-    """Publish `trace`, run `workers` workers in one group until they processed it all
-    (the group's committed offsets at the end of every stage input), then read each
-    one's page totals and the largest record of every topic. Returns (port -> totals
-    line, largest records, seconds from the first worker's start to all pages agreeing)."""
+def _metrics(port: int) -> str:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            return response.read().decode()
+    except OSError:
+        return ""
+
+
+def records_processed(port: int) -> int:
+    """The source records a worker processed itself (its /metrics)."""
+    return sum(int(n) for n in re.findall(r"^faultline_records_total\{[^}]*\} (\d+)$", _metrics(port), re.MULTILINE))
+
+
+class WorkersRun(msgspec.Struct):
+    pages: dict[int, str]  # web port -> the totals line of its /fleet/api/fleet
+    processed: dict[int, int]  # web port -> source records it processed
+    largest: Largest  # the largest record of every topic of the run, changelogs included
+    seconds: float  # from publishing to every page showing the totals
+
+
+def run_workers(bootstrap: str, trace: Path, want: str, tmp: Path, workers: int = 2, timeout: float = 1800) -> WorkersRun:
+    """`workers` workers in one group (all in it before anything is published), the
+    trace published, processed until the group has committed every stage input, then
+    each worker's page totals (awaited until they show `want`, for at most a minute),
+    what each processed and the largest record of every topic."""
     import uuid
 
     from bench.pipeline import PARTITIONS, GroupLag, free_port, stage_inputs, start_worker, stop_worker
 
     prefix = f"fs{uuid.uuid4().hex[:6]}."
+    group = f"{prefix}faultline"
     flags = ["--bootstrap", bootstrap, "--topic-prefix", prefix, "--partitions", str(PARTITIONS)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAULTLINE_")}
-    for command in (["topics", "create", *flags], ["publish", str(trace), *flags]):
-        subprocess.run([sys.executable, "-m", "app", *command], cwd=ROOT, env=env, check=True, capture_output=True)
+
+    def faultline(*command: str) -> None:
+        subprocess.run([sys.executable, "-m", "app", *command, *flags], cwd=ROOT, env=env, check=True, capture_output=True, stdin=subprocess.DEVNULL)
+
+    faultline("topics", "create")
     ports = [free_port() for _ in range(workers)]
-    started = time.perf_counter()
-    procs = [start_worker(bootstrap, prefix, tmp / f"w{i}", tmp / f"w{i}.log", f"w{i}", port) for i, port in enumerate(ports)]
+    logs = [tmp / f"{prefix}w{i}.log" for i in range(workers)]
+    procs = [start_worker(bootstrap, prefix, tmp / f"{prefix}w{i}", log, f"w{i}", port, ["--store", "memory"]) for i, (port, log) in enumerate(zip(ports, logs))]
+    group_of = GroupLag(bootstrap)
+    deadline = time.monotonic() + timeout
 
     def alive() -> None:
-        for i, proc in enumerate(procs):
+        for proc, log in zip(procs, logs):
             if proc.poll() is not None:
-                raise SystemExit(f"worker w{i} exited {proc.returncode}: {(tmp / f'w{i}.log').read_text()[-3000:]}")
+                raise SystemExit(f"a worker exited {proc.returncode}: {log.read_text()[-3000:]}")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the workers did not process the trace in {timeout:.0f} s")
 
-    lag_of = GroupLag(bootstrap)
     try:
-        deadline = time.monotonic() + timeout
-        while lag_of(f"{prefix}faultline", stage_inputs(prefix)) > 0:
+        while group_of.members(group) < workers:
             alive()
-            if time.monotonic() > deadline:
-                raise SystemExit(f"the workers did not process the trace in {timeout:.0f} s")
-            time.sleep(1)
-        seen = wait_for_totals(ports, want, 120, alive)
+            time.sleep(0.5)
+        started = time.perf_counter()
+        faultline("publish", str(trace))
+        while group_of(group, stage_inputs(prefix)) > 0:
+            alive()
+            time.sleep(0.5)
+        pages = wait_for_totals(ports, want, 60, alive)
         took = time.perf_counter() - started
-        return seen, largest_records(bootstrap, prefix), took
+        return WorkersRun(pages, {port: records_processed(port) for port in ports}, largest_records(bootstrap, prefix), took)
     finally:
-        lag_of.close()
+        group_of.close()
         for proc in procs:
             stop_worker(proc)
 
@@ -241,16 +271,16 @@ def main() -> None:
             from bench.broker import kafka
 
             with kafka() as bootstrap:
-                pages, broker, took = two_workers(bootstrap, trace, want, tmp_path)
-            for port, line in pages.items():
-                print(f"page_totals[127.0.0.1:{port}]: {line}")
-            print(f"workers_equal_fleet_command: {all(line == want for line in pages.values())}")
-            print(f"workers_seconds: {took:.1f} (two workers from start to both pages agreeing)")
-            for line in broker.lines("broker_record"):
+                run = run_workers(bootstrap, trace, want, tmp_path)
+            for port, line in run.pages.items():
+                print(f"page_totals[127.0.0.1:{port}]: {line} ({run.processed[port]} source records processed by this worker)")
+            same = same and all(line == want for line in run.pages.values())
+            print(f"workers_equal_fleet_command: {same}")
+            print(f"workers_seconds: {run.seconds:.1f} (two workers, from publishing to both pages showing the totals)")
+            for line in run.largest.lines("broker_record"):
                 print(line)
-            worst = max(worst, broker.top())
-            same = same and all(line == want for line in pages.values())
-            summary += f", largest record on the broker {broker.top()} B (changelogs included); two workers' pages {'==' if same else '!='} `faultline fleet`"
+            worst = max(worst, run.largest.top())
+            summary += f", largest record on the broker {run.largest.top()} B (changelogs included); two workers' pages {'==' if same else '!='} `faultline fleet`"
         print(f"{summary} (limit {LIMIT} B: {'met' if worst <= LIMIT and same else 'NOT met'})")
 
 

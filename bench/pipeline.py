@@ -64,12 +64,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_worker(bootstrap: str, prefix: str, data_dir: Path, log: Path, worker_id: str = "", web_port: int = 0) -> subprocess.Popen:
-    """A `faultline worker` (with WORKER_ARGS); `worker_id`: its static member id, one
-    per worker of a group; `web_port` 0: no web server."""
+def start_worker(
+    bootstrap: str, prefix: str, data_dir: Path, log: Path, worker_id: str = "", web_port: int = 0, args: list[str] | None = None
+) -> subprocess.Popen:
+    """A `faultline worker` with `args` (default WORKER_ARGS); `worker_id`: its static
+    member id, one per worker of a group; `web_port` 0: no web server."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAULTLINE_")}
     command = [sys.executable, "-m", "app", "worker", "--bootstrap", bootstrap, "--topic-prefix", prefix, *(["--worker-id", worker_id] if worker_id else []),
-               "--partitions", str(PARTITIONS), "--data-dir", str(data_dir), "--web-port", str(web_port), *WORKER_ARGS]  # fmt: skip
+               "--partitions", str(PARTITIONS), "--data-dir", str(data_dir), "--web-port", str(web_port), *(WORKER_ARGS if args is None else args)]  # fmt: skip
     return subprocess.Popen(command, stdout=log.open("wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
 
 
@@ -106,6 +108,14 @@ class GroupLag:
         tps = [SyncTopicPartition(t, p) for t in topics for p in range(PARTITIONS)]
         ends = self.ends.end_offsets(tps)
         return sum(ends[tp] - (committed[tp].offset if tp in committed else 0) for tp in tps)
+
+    def members(self, group: str) -> int:
+        """Members of the group once it is stable (0 while it rebalances or does not exist yet)."""
+        try:
+            described = self.admin.describe_groups([group]).get(group, {})
+        except KafkaError:
+            return 0
+        return len(described.get("members") or []) if described.get("group_state") == "Stable" else 0
 
     def close(self) -> None:
         self.admin.close()

@@ -291,14 +291,23 @@ def _failed_attempt(i: int, rnd: random.Random, t0: datetime, node: str, namespa
 
 
 def failed_fleet(
-    attempts: int, nodes: int, *, gpus: int = 8, namespaces: int = 20, queues: int = 8, hours: float = 40, gangs_per: int = 25, seed: int = 1
+    attempts: int,
+    nodes: int,
+    *,
+    gpus: int = 8,
+    namespaces: int = 20,
+    queues: int = 8,
+    hours: float = 40,
+    gangs_per: int = 25,
+    progress_every: timedelta = timedelta(minutes=1),
+    seed: int = 1,
 ) -> Iterator[tuple[str, str, bytes]]:
     """`attempts` failed attempts ending over `hours` (keep it within the fleet history,
     48 h by default) on `nodes` nodes of `gpus` GPUs, in `namespaces` namespaces; one
     Kueue-preempted JobSet per `gangs_per` attempts, in `queues` LocalQueues. Nodes are
     drawn with a long tail (the worst few carry a large share of the faults: their state
     is the one that could grow). Records come in observation order, with the bridge's
-    progress (SPEC R12.1) on every source topic at every minute of observed time."""
+    progress (SPEC R12.1) on every source topic at every `progress_every` of observed time."""
     rnd = random.Random(seed)
     span = timedelta(hours=hours).total_seconds()
     pending: list[tuple[datetime, int, tuple[str, str, bytes]]] = []
@@ -311,9 +320,9 @@ def failed_fleet(
             at, _, record = heapq.heappop(pending)
             while next_progress is not None and next_progress <= at:  # every record observed before it is out
                 yield from (_bookmark(topic, next_progress) for topic in SOURCE_TOPICS)
-                next_progress += timedelta(minutes=1)
+                next_progress += progress_every
             if next_progress is None:
-                next_progress = at.replace(second=0, microsecond=0) + timedelta(minutes=1)
+                next_progress = at.replace(second=0, microsecond=0) + progress_every
             yield record
 
     for i in range(attempts):
