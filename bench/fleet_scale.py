@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import orjson
 
 from app.cli.fleet import replay_counted
 from app.cli.render import fleet_lines
@@ -105,7 +106,7 @@ def write_trace(path: Path, attempts: int, nodes: int, *, seed: int = 1, **kw: A
     """The scale trace as a trace file (`{"topic", "key", "value"}` lines)."""
     with path.open("wb") as out:
         for topic, key, value in failed_fleet(attempts, nodes, seed=seed, **kw):
-            out.write(b'{"topic":"%s","key":"%s","value":%s}\n' % (topic.encode(), key.encode(), value))
+            out.write(b'{"topic":%s,"key":%s,"value":%s}\n' % (orjson.dumps(topic), orjson.dumps(key), value))
     return path
 
 
@@ -188,7 +189,7 @@ class WorkersRun(msgspec.Struct):
     seconds: float  # from publishing to every page showing the totals
 
 
-def run_workers(bootstrap: str, trace: Path, want: str, tmp: Path, workers: int = 2, timeout: float = 1800) -> WorkersRun:
+def run_workers(bootstrap: str, trace: Path, want: str, tmp: Path, workers: int = 2, timeout: float = 3600) -> WorkersRun:
     """`workers` workers in one group (all in it before anything is published), the
     trace published, processed until the group has committed every stage input, then
     each worker's page totals (awaited until they show `want`, for at most a minute),
