@@ -177,14 +177,15 @@ def _metrics(port: int) -> str:
         return ""
 
 
-def records_processed(port: int) -> int:
-    """The source records a worker processed itself (its /metrics)."""
+def records_read(port: int) -> int:
+    """The records a worker read itself: its /metrics `faultline_records_total`, every
+    stage input (re-keyed records, and progress once per partition, included)."""
     return sum(int(n) for n in re.findall(r"^faultline_records_total\{[^}]*\} (\d+)$", _metrics(port), re.MULTILINE))
 
 
 class WorkersRun(msgspec.Struct):
     pages: dict[int, str]  # web port -> the totals line of its /fleet/api/fleet
-    processed: dict[int, int]  # web port -> source records it processed
+    read: dict[int, int]  # web port -> records it read (`records_read`)
     largest: Largest  # the largest record of every topic of the run, changelogs included
     seconds: float  # from publishing to every page showing the totals
 
@@ -193,7 +194,7 @@ def run_workers(bootstrap: str, trace: Path, want: str, tmp: Path, workers: int 
     """`workers` workers in one group (all in it before anything is published), the
     trace published, processed until the group has committed every stage input, then
     each worker's page totals (awaited until they show `want`, for at most a minute),
-    what each processed and the largest record of every topic."""
+    what each read and the largest record of every topic."""
     import uuid
 
     from bench.pipeline import PARTITIONS, GroupLag, free_port, stage_inputs, start_worker, stop_worker
@@ -231,7 +232,7 @@ def run_workers(bootstrap: str, trace: Path, want: str, tmp: Path, workers: int 
             time.sleep(0.5)
         pages = wait_for_totals(ports, want, 60, alive)
         took = time.perf_counter() - started
-        return WorkersRun(pages, {port: records_processed(port) for port in ports}, largest_records(bootstrap, prefix), took)
+        return WorkersRun(pages, {port: records_read(port) for port in ports}, largest_records(bootstrap, prefix), took)
     finally:
         group_of.close()
         for proc in procs:
@@ -274,7 +275,7 @@ def main() -> None:
             with kafka() as bootstrap:
                 run = run_workers(bootstrap, trace, want, tmp_path)
             for port, line in run.pages.items():
-                print(f"page_totals[127.0.0.1:{port}]: {line} ({run.processed[port]} source records processed by this worker)")
+                print(f"page_totals[127.0.0.1:{port}]: {line} ({run.read[port]} records read by this worker, stage inputs all)")
             same = same and all(line == want for line in run.pages.values())
             print(f"workers_equal_fleet_command: {same}")
             print(f"workers_seconds: {run.seconds:.1f} (two workers, from publishing to both pages showing the totals)")

@@ -16,6 +16,6 @@ def test_either_of_two_workers_shows_the_totals_of_faultline_fleet(kafka_bootstr
     want, _ = fleet_command(trace)
     run = run_workers(kafka_bootstrap, trace, want, tmp_path, workers=2, timeout=240)
     assert list(run.pages.values()) == [want, want]
-    assert all(n > 0 for n in run.processed.values()), f"each worker processes part of the trace: {run.processed}"
+    assert all(n > 0 for n in run.read.values()), f"each worker processes part of the trace: {run.read}"
     assert any(topic.endswith("-changelog") for topic in run.largest.bytes) and "faultline.fleet-inputs" in run.largest.bytes
     assert run.largest.top() <= LIMIT, run.largest.lines("record")
