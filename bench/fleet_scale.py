@@ -75,8 +75,8 @@ class MeasuredPipeline(Pipeline):
         self.partitions = partitions
         self.states_largest = Largest()
 
-    def _store(self, stage: Stage, states: dict[str, Any], key: str, state: Any) -> None:
-        super()._store(stage, states, key, state)
+    def _store(self, stage: Stage, states: dict[str, Any], key: str, state: Any, *encoded: Any) -> None:
+        super()._store(stage, states, key, state, *encoded)  # `encoded`: the state's bytes, where the driver passes them
         # One position per topic-partition that can feed a key: a stage's inputs, each
         # read from one partition by key (a progress record from each of them).
         positions = {f"{topic}:{p}": Position(10**12, 999) for topic in stage.topics for p in range(self.partitions)}
