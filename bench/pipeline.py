@@ -1,11 +1,12 @@
 """The Faust pipeline on a real broker, against a bare aiokafka consume->produce pass-through
 of the same records on the same broker, measured in the same run.
 
-    python -m bench.pipeline [--records N] [--rate R] [--seconds S] [--smoke]
+    python -m bench.pipeline [--records N] [--workers 1,2] [--rate R] [--seconds S] [--smoke]
 
-- throughput: N source records pre-loaded into 4-partition topics; a `faultline worker`
-  is started and timed until its consumer group has read every source record and every
-  re-keyed record it produced; the pass-through is timed over the same records.
+- throughput: N source records pre-loaded into 4-partition topics; for each count of
+  `--workers` (default 1 and 2), that many `faultline worker`s are started in one group
+  and timed until the group has read every source record and every re-keyed record it
+  produced; the pass-through is timed over the same records.
 - latency: with the worker caught up, records are produced at R records/s for S seconds;
   a fraction of them complete a failure (a fault, then the pod's Failed record). The
   latency is from producing that Failed record to its verdict being readable on
@@ -19,6 +20,7 @@ import asyncio
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -40,7 +42,6 @@ from bench.broker import kafka
 from bench.tracegen import generate
 
 PARTITIONS = 4
-_ENDS: KafkaConsumer  # set in main(): reads end offsets
 
 
 def _produce(bootstrap: str, prefix: str, records) -> int:
@@ -57,70 +58,106 @@ def _produce(bootstrap: str, prefix: str, records) -> int:
 WORKER_ARGS: list[str] = []  # set in main(): --store and --worker-args
 
 
-def _start_worker(bootstrap: str, prefix: str, data_dir: Path, log: Path) -> subprocess.Popen:
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_worker(
+    bootstrap: str, prefix: str, data_dir: Path, log: Path, worker_id: str = "", web_port: int = 0, args: list[str] | None = None
+) -> subprocess.Popen:
+    """A `faultline worker` with `args` (default WORKER_ARGS); `worker_id`: its static
+    member id, one per worker of a group; `web_port` 0: no web server."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FAULTLINE_")}
-    command = [sys.executable, "-m", "app", "worker", "--bootstrap", bootstrap, "--topic-prefix", prefix,
-               "--partitions", str(PARTITIONS), "--data-dir", str(data_dir), "--web-port", "0", *WORKER_ARGS]  # fmt: skip
-    return subprocess.Popen(command, stdout=log.open("wb"), stderr=subprocess.STDOUT, env=env)
+    command = [sys.executable, "-m", "app", "worker", "--bootstrap", bootstrap, "--topic-prefix", prefix, *(["--worker-id", worker_id] if worker_id else []),
+               "--partitions", str(PARTITIONS), "--data-dir", str(data_dir), "--web-port", str(web_port), *(WORKER_ARGS if args is None else args)]  # fmt: skip
+    return subprocess.Popen(command, stdout=log.open("wb"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
 
 
-def _stop(worker: subprocess.Popen) -> None:
+def stop_worker(worker: subprocess.Popen) -> None:
     worker.send_signal(signal.SIGTERM)
     try:
         worker.wait(timeout=30)
     except subprocess.TimeoutExpired:
         worker.kill()
+        worker.wait(timeout=10)
 
 
-def _lag(admin: KafkaAdminClient, group: str, topics: list[str]) -> int:
-    """Records of `topics` the group has not committed yet."""
-    for _ in range(100):
+def stage_inputs(prefix: str) -> list[str]:
+    """Every stage's input topics: the sources and the re-keyed topics."""
+    return [prefix + t for t in STAGE_OF]
+
+
+class GroupLag:
+    """Records of some topics a consumer group has not committed yet, read again on each call."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+        self.ends = KafkaConsumer(bootstrap_servers=bootstrap)
+
+    def __call__(self, group: str, topics: list[str]) -> int:
+        for _ in range(100):
+            try:
+                committed = self.admin.list_group_offsets(group).get(group, {})
+                break
+            except KafkaError as error:  # a new broker still electing the group's coordinator
+                if not error.retriable:
+                    raise
+                time.sleep(0.2)
+        tps = [SyncTopicPartition(t, p) for t in topics for p in range(PARTITIONS)]
+        ends = self.ends.end_offsets(tps)
+        return sum(ends[tp] - (committed[tp].offset if tp in committed else 0) for tp in tps)
+
+    def members(self, group: str) -> int:
+        """Members of the group once it is stable (0 while it rebalances or does not exist yet)."""
         try:
-            committed = admin.list_group_offsets(group).get(group, {})
-            break
-        except KafkaError as error:  # a new broker still electing the group's coordinator
-            if not error.retriable:
-                raise
-            time.sleep(0.2)
-    tps = [SyncTopicPartition(t, p) for t in topics for p in range(PARTITIONS)]
-    ends = _ENDS.end_offsets(tps)
-    return sum(ends[tp] - (committed[tp].offset if tp in committed else 0) for tp in tps)
+            described = self.admin.describe_groups([group]).get(group, {})
+        except KafkaError:
+            return 0
+        return len(described.get("members") or []) if described.get("group_state") == "Stable" else 0
+
+    def close(self) -> None:
+        self.admin.close()
+        self.ends.close()
 
 
-def _wait_caught_up(admin: KafkaAdminClient, group: str, topics: list[str], worker: subprocess.Popen, log: Path) -> None:
-    while _lag(admin, group, topics) > 0:
+def _check(workers: list[subprocess.Popen], logs: list[Path]) -> None:
+    for worker, log in zip(workers, logs):
         if worker.poll() is not None:
             raise SystemExit(f"worker exited: {log.read_text()[-2000:]}")
-        time.sleep(0.2)
 
 
-def throughput_worker(bootstrap: str, records: list, tmp: Path) -> float:
-    """The records pre-loaded; timed from the worker's first commit (it has joined and is
-    processing) to its group having committed every source and re-keyed record. Commits
-    come every few seconds, so both ends are that coarse: use enough records."""
+def throughput_workers(bootstrap: str, records: list, tmp: Path, workers: int = 1) -> float:
+    """The records pre-loaded; `workers` workers started at once in one group, timed
+    from the group's first commit (it has joined and is processing) to its having
+    committed every source and re-keyed record. Commits come every few seconds, so both
+    ends are that coarse: use enough records."""
     prefix = f"bp{uuid.uuid4().hex[:6]}."
     settings = load({"bootstrap": bootstrap, "topic_prefix": prefix, "partitions": PARTITIONS})
     create_topics(settings)
     n = _produce(bootstrap, prefix, records)
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    topics = [prefix + t for t in STAGE_OF]  # every stage's inputs: the sources and the re-keyed topics
-    log = tmp / "worker.log"
-    worker = _start_worker(bootstrap, prefix, tmp / "worker", log)
+    lag_of = GroupLag(bootstrap)
+    topics = stage_inputs(prefix)
+    logs = [tmp / f"worker-{workers}-{i}.log" for i in range(workers)]
+    procs = [start_worker(bootstrap, prefix, tmp / f"worker-{workers}-{i}", log, f"w{i}" if workers > 1 else "") for i, log in enumerate(logs)]
     try:
-        initial = _lag(admin, settings.app_id, topics)
+        initial = lag_of(settings.app_id, topics)
         lag = initial
         while lag >= initial:  # nothing committed yet
-            if worker.poll() is not None:
-                raise SystemExit(f"worker exited: {log.read_text()[-2000:]}")
+            _check(procs, logs)
             time.sleep(0.1)
-            lag = _lag(admin, settings.app_id, topics)
+            lag = lag_of(settings.app_id, topics)
         start, done_at_start = time.perf_counter(), initial - lag
-        _wait_caught_up(admin, settings.app_id, topics, worker, log)
+        while lag_of(settings.app_id, topics) > 0:
+            _check(procs, logs)
+            time.sleep(0.2)
         # The source records processed after the first commit, over the time they took.
         return max(n - done_at_start * n / initial, 1) / (time.perf_counter() - start)
     finally:
-        _stop(worker)
-        admin.close()
+        for proc in procs:
+            stop_worker(proc)
+        lag_of.close()
 
 
 async def _passthrough(bootstrap: str, records: list) -> float:
@@ -184,7 +221,7 @@ async def latency(bootstrap: str, background: list, rate: float, seconds: float,
     read by the end counts as missing: it makes p99 unknown, not better)."""
     prefix = f"bl{uuid.uuid4().hex[:6]}."
     create_topics(load({"bootstrap": bootstrap, "topic_prefix": prefix, "partitions": PARTITIONS}))
-    worker = _start_worker(bootstrap, prefix, tmp / "lat-worker", tmp / "lat-worker.log")
+    worker = start_worker(bootstrap, prefix, tmp / "lat-worker", tmp / "lat-worker.log")
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=0)
     verdicts = AIOKafkaConsumer(prefix + "faultline.classified-failures", bootstrap_servers=bootstrap, group_id=None, auto_offset_reset="latest")
     await producer.start()
@@ -229,7 +266,7 @@ async def latency(bootstrap: str, background: list, rate: float, seconds: float,
         reader.cancel()
         await producer.stop()
         await verdicts.stop()
-        _stop(worker)
+        stop_worker(worker)
     return latencies, len(sent_at)
 
 
@@ -238,11 +275,22 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
+def _workers(text: str) -> list[int]:
+    try:
+        counts = sorted({int(n) for n in text.split(",")})
+    except ValueError:
+        counts = []
+    if not counts or not all(1 <= n <= PARTITIONS for n in counts):
+        raise argparse.ArgumentTypeError(f"expected worker counts from 1 to {PARTITIONS} (the partitions), e.g. '1,2'; got {text!r}")
+    return counts
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--records", type=int, default=100_000)
     parser.add_argument("--rate", type=float, default=2_000)
     parser.add_argument("--seconds", type=float, default=30)
+    parser.add_argument("--workers", type=_workers, default=[1, 2], help="worker counts to measure the throughput with, one group each (default '1,2')")
     parser.add_argument("--store", choices=["memory", "rocksdb"], default="memory", help="the worker's table store")
     parser.add_argument("--worker-args", default="", help="more worker flags, e.g. '--batch-max 1 --fetch-wait-ms 1500'")
     parser.add_argument("--smoke", action="store_true")
@@ -251,25 +299,27 @@ def main() -> None:
     records = list(generate(1_000 if args.smoke else args.records))
     seconds = 3 if args.smoke else args.seconds
 
-    global _ENDS
     with kafka() as bootstrap, tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
-        _ENDS = KafkaConsumer(bootstrap_servers=bootstrap)
         passthrough = asyncio.run(_passthrough(bootstrap, records))
-        worker = throughput_worker(bootstrap, records, tmp_path)
+        rates = {n: throughput_workers(bootstrap, records, tmp_path, n) for n in args.workers}
         lat, completed = asyncio.run(latency(bootstrap, records, args.rate, seconds, tmp_path))
 
     print(f"records: {len(records)}")
     print(f"worker_flags: {' '.join(WORKER_ARGS)}")
+    print(f"load_average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (1, 5, 15 min, at the end; {os.cpu_count()} cores)")
     print(f"passthrough_records_per_s: {passthrough:.0f}")
-    print(f"worker_records_per_s: {worker:.0f}")
-    print(f"ratio_worker_to_passthrough: {worker / passthrough:.2f}")
+    for n, rate in rates.items():
+        name = "worker" if n == 1 else f"workers_{n}"
+        print(f"{name}_records_per_s: {rate:.0f}")
+        print(f"ratio_{name}_to_passthrough: {rate / passthrough:.2f}")
     print(f"latency_samples: {len(lat)}")
     print(f"latency_missing: {completed - len(lat)} of {completed} failures completed had no verdict by the end")
     print(f"latency_p50_ms: {1000 * _pct(lat, 0.5):.0f}")
     print(f"latency_p99_ms: {1000 * _pct(lat, 0.99):.0f}")
+    rated = "; ".join(f"{n} worker{'s' if n > 1 else ''} {rate:.0f} rec/s = {rate / passthrough:.2f}x" for n, rate in rates.items())
     print(
-        f"summary: worker {worker:.0f} rec/s = {worker / passthrough:.2f}x aiokafka pass-through (target >= 0.5); "
+        f"summary: {rated} aiokafka pass-through (target >= 0.5); "
         f"verdict latency at {args.rate:.0f} rec/s p50 {1000 * _pct(lat, 0.5):.0f} ms, p99 {1000 * _pct(lat, 0.99):.0f} ms "
         f"({completed - len(lat)} of {completed} missing) (target p99 < 1000)"
     )

@@ -1,19 +1,25 @@
-"""A generated, realistic trace for the benchmarks.
+"""Generated, realistic traces for the benchmarks.
 
-Mix (by record count): ~70% pod updates with real-sized pod JSON (env, volumes,
-tolerations, affinity, conditions, container statuses), ~20% events (most of them
-ordinary kubelet events, some GPU faults), ~10% tracked CRDs. Attempts are pod tasks
-and MPIJobs with workers; a few hundred of them fail, some after a GPU fault.
+`generate`: the pipeline's mix (by record count): ~70% pod updates with real-sized pod
+JSON (env, volumes, tolerations, affinity, conditions, container statuses), ~20% events
+(most of them ordinary kubelet events, some GPU faults), ~10% tracked CRDs. Attempts are
+pod tasks and MPIJobs with workers; a few hundred of them fail, some after a GPU fault.
+
+`failed_fleet`: the fleet at scale (issue 17): only failed attempts, most after a GPU
+fault, on many nodes with several GPUs each, over namespaces, Kueue queues and hours.
 """
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import random
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
 import orjson
+
+from app.core.xid import DEFAULT_XID_TABLE
 
 T0 = datetime(2026, 9, 1, tzinfo=timezone.utc)
 
@@ -29,13 +35,25 @@ def _env(i: int) -> list[dict]:
     ]
 
 
-def pod_object(name: str, uid: str, labels: dict, node: str, phase: str, state: dict, rv: int, created: datetime, i: int) -> dict:
+def pod_object(
+    name: str, uid: str, labels: dict, node: str, phase: str, state: dict, rv: int, created: datetime, i: int, *, namespace: str = "ml-team", slim: bool = False
+) -> dict:
+    """A Pod as the API serves it; `slim`: only what the rules read (metadata, node,
+    containers, phase and container states), for traces whose point is their count."""
+    if slim:
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid, "resourceVersion": str(rv), "creationTimestamp": _ts(created), "labels": labels},
+            "spec": {"containers": [{"name": "main"}], "nodeName": node, "restartPolicy": "Never"},
+            "status": {"phase": phase, "startTime": _ts(created), "containerStatuses": [{"name": "main", "state": state, "ready": "running" in state, "restartCount": 0}]},
+        }
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
             "name": name,
-            "namespace": "ml-team",
+            "namespace": namespace,
             "uid": uid,
             "resourceVersion": str(rv),
             "creationTimestamp": _ts(created),
@@ -82,23 +100,31 @@ def _record(topic: str, key: str, change: str, at: datetime, obj: dict) -> tuple
     return topic, key, orjson.dumps({"type": change, "observed_at": _ts(at), "cluster": "prod-a", "object": obj})
 
 
-def _event(pod_name: str, pod_uid: str, node: str, at: datetime, n: int, *, gpu: int | None = None) -> dict:
+def _event(
+    pod_name: str, pod_uid: str, node: str, at: datetime, n: int, *, gpu: int | None = None,
+    namespace: str = "ml-team", gpu_index: int = 3, gpu_uuid: str = "GPU-8f1c", count: int = 1,
+) -> dict:
+    """An ordinary kubelet Event, or with `gpu` (an Xid code) a GPU fault on GPU
+    `gpu_index`/`gpu_uuid` of `node`, seen `count` times."""
     if gpu is None:
         reason, message, type_ = "Pulled", 'Container image "ghcr.io/acme/trainer:2026.08.3" already present on machine', "Normal"
     else:
         reason, type_ = "GPUXidError", "Warning"
-        message = f"[gpu-health] [CRITICAL] Xid {gpu} on GPU 3 GPU-8f1c. xid={gpu} severity=critical gpu_uuid=GPU-8f1c gpu_index=3 pci=0000:3b:00.0 node={node} pid=4242 process=python3"
+        message = (
+            f"[gpu-health] [CRITICAL] Xid {gpu} on GPU {gpu_index} {gpu_uuid}. xid={gpu} severity=critical gpu_uuid={gpu_uuid} "
+            f"gpu_index={gpu_index} pci=0000:3b:00.0 node={node} pid=4242 process=python3"
+        )
     return {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"name": f"{pod_name}.{n:x}", "namespace": "ml-team", "uid": f"ev-{pod_uid}-{n}", "creationTimestamp": _ts(at)},
-        "involvedObject": {"kind": "Pod", "namespace": "ml-team", "name": pod_name, "uid": pod_uid, "apiVersion": "v1"},
+        "metadata": {"name": f"{pod_name}.{n:x}", "namespace": namespace, "uid": f"ev-{pod_uid}-{n}", "creationTimestamp": _ts(at)},
+        "involvedObject": {"kind": "Pod", "namespace": namespace, "name": pod_name, "uid": pod_uid, "apiVersion": "v1"},
         "reason": reason,
         "message": message,
         "type": type_,
         "firstTimestamp": _ts(at),
-        "lastTimestamp": _ts(at),
-        "count": 1,
+        "lastTimestamp": _ts(at + timedelta(seconds=30 * (count - 1))),
+        "count": count,
         "source": {"component": "kubelet", "host": node},
         "reportingComponent": "kubelet",
         "reportingInstance": node,
@@ -186,3 +212,128 @@ def generate(records: int, seed: int = 1, progress: bool = True) -> Iterator[tup
         produced += len(out)
         if produced >= records:
             return
+
+
+# --- the fleet at scale ------------------------------------------------------------------------
+
+ALL_XIDS = tuple(sorted(DEFAULT_XID_TABLE.names))  # every code the Xid table knows: user, warn and critical
+
+
+def _condition(type_: str, reason: str, at: datetime, status: str = "True") -> dict:
+    return {"type": type_, "status": status, "reason": reason, "message": "", "lastTransitionTime": _ts(at)}
+
+
+def _jobset(name: str, uid: str, namespace: str, labels: dict, at: datetime, conditions: list[dict], *, suspend: bool = False) -> dict:
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": name, "namespace": namespace, "uid": uid, "labels": labels, "creationTimestamp": _ts(at),
+                     "annotations": {"faultline.io/resume-after-preemption": "true"}},
+        "spec": {"suspend": suspend, "replicatedJobs": [{"name": "workers", "replicas": 2}], "failurePolicy": {"maxRestarts": 3}},
+        "status": {"conditions": conditions},
+    }  # fmt: skip
+
+
+def _gang_workload(js: dict, queue: str, at: datetime, conditions: list[dict]) -> dict:
+    meta = js["metadata"]
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "kind": "Workload",
+        "metadata": {"name": f"jobset-{meta['name']}", "namespace": meta["namespace"], "uid": f"wl-{meta['uid']}", "creationTimestamp": _ts(at),
+                     "labels": {"kueue.x-k8s.io/job-uid": meta["uid"]},
+                     "ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": meta["name"], "uid": meta["uid"], "controller": True}]},
+        "spec": {"active": True, "queueName": queue, "podSets": [{"name": "workers", "count": 2}]},
+        "status": {"conditions": conditions},
+    }  # fmt: skip
+
+
+def _preempted_gang(name: str, namespace: str, queue: str, at: datetime, back: datetime) -> list[tuple[datetime, tuple[str, str, bytes]]]:
+    """A JobSet under Kueue preempted at `at` (it waits: SPEC R9), readmitted at `back`, then completed."""
+    labels = {"flyte.org/managed": "true", "run": name, "action": "pretrain", "attempt": "1", "kueue.x-k8s.io/queue-name": queue}
+    uid = f"js-{name}"
+    created = at - timedelta(minutes=60)
+    admitted = [_condition("QuotaReserved", "QuotaReserved", at - timedelta(minutes=58)), _condition("Admitted", "Admitted", at - timedelta(minutes=58))]
+    evicted = [_condition("QuotaReserved", "Pending", at, "False"), _condition("Admitted", "NoReservation", at, "False"),
+               _condition("Evicted", "Preempted", at), _condition("Preempted", "InClusterQueue", at)]  # fmt: skip
+    readmitted = [_condition("QuotaReserved", "QuotaReserved", back), _condition("Admitted", "Admitted", back), _condition("Evicted", "QuotaReserved", back, "False")]
+    js = _jobset(name, uid, namespace, labels, created, [])
+    wl = lambda conditions: _gang_workload(js, queue, created, conditions)  # noqa: E731
+    after = lambda minutes: at + timedelta(minutes=minutes)  # noqa: E731
+    return [
+        (created, _record("k8s.workloads", f"wl-{uid}", "ADDED", created, wl([]))),
+        (after(-59), _record("k8s.jobs", uid, "ADDED", after(-59), js)),
+        (after(-58), _record("k8s.workloads", f"wl-{uid}", "MODIFIED", after(-58), wl(admitted))),
+        (at, _record("k8s.workloads", f"wl-{uid}", "MODIFIED", at, wl(evicted))),
+        (after(0.1), _record("k8s.jobs", uid, "MODIFIED", after(0.1), _jobset(name, uid, namespace, labels, created, [_condition("Suspended", "SuspendedJobs", after(0.1))], suspend=True))),
+        (back, _record("k8s.workloads", f"wl-{uid}", "MODIFIED", back, wl(readmitted))),
+        (back + timedelta(minutes=0.1), _record("k8s.jobs", uid, "MODIFIED", back + timedelta(minutes=0.1),
+                                                _jobset(name, uid, namespace, labels, created, [_condition("Suspended", "ResumeJobs", back, "False")]))),
+        (back + timedelta(minutes=30), _record("k8s.jobs", uid, "MODIFIED", back + timedelta(minutes=30),
+                                               _jobset(name, uid, namespace, labels, created, [_condition("Completed", "AllJobsCompleted", back + timedelta(minutes=30))]))),
+    ]  # fmt: skip
+
+
+def _failed_attempt(i: int, rnd: random.Random, t0: datetime, node: str, namespace: str, gpus: int) -> list[tuple[datetime, tuple[str, str, bytes]]]:
+    """A pod task that fails at `t0`, most often after a GPU fault (of any code the Xid table knows) on one of its node's GPUs."""
+    name, uid = f"task-{i}", f"fp{i}"
+    labels = {"flyte.org/managed": "true", "run": f"r{i}", "action": "train", "attempt": "1", "task-name": "train"}
+    created = t0 - timedelta(minutes=31)
+    running = {"running": {"startedAt": _ts(created)}}
+    dead = {"terminated": {"exitCode": 1, "reason": "Error", "startedAt": _ts(created), "finishedAt": _ts(t0)}}
+    pod = lambda phase, state, rv: pod_object(name, uid, labels, node, phase, state, rv, created, i, namespace=namespace, slim=True)  # noqa: E731
+    out = [(t0 - timedelta(minutes=30), _record("k8s.pods", uid, "ADDED", t0 - timedelta(minutes=30), pod("Running", running, 1)))]
+    if rnd.random() < 0.85:
+        g, first = rnd.randrange(gpus), t0 - timedelta(minutes=2)
+        event = _event(name, uid, node, first, 1, gpu=rnd.choice(ALL_XIDS), namespace=namespace, gpu_index=g, gpu_uuid=f"GPU-{node}-{g}", count=rnd.randint(1, 3))
+        out.append((t0 - timedelta(minutes=1), _record("k8s.events", uid, "ADDED", t0 - timedelta(minutes=1), event)))
+    out.append((t0, _record("k8s.pods", uid, "MODIFIED", t0, pod("Failed", dead, 2))))
+    return out
+
+
+def failed_fleet(
+    attempts: int,
+    nodes: int,
+    *,
+    gpus: int = 8,
+    namespaces: int = 20,
+    queues: int = 8,
+    hours: float = 40,
+    gangs_per: int = 25,
+    progress_every: timedelta = timedelta(minutes=1),
+    seed: int = 1,
+) -> Iterator[tuple[str, str, bytes]]:
+    """`attempts` failed attempts ending over `hours` (keep it within the fleet history,
+    48 h by default) on `nodes` nodes of `gpus` GPUs, in `namespaces` namespaces; one
+    Kueue-preempted JobSet per `gangs_per` attempts, in `queues` LocalQueues. Nodes are
+    drawn with a long tail (the worst few carry a large share of the faults: their state
+    is the one that could grow). Records come in observation order, with the bridge's
+    progress (SPEC R12.1) on every source topic at every `progress_every` of observed time."""
+    rnd = random.Random(seed)
+    span = timedelta(hours=hours).total_seconds()
+    pending: list[tuple[datetime, int, tuple[str, str, bytes]]] = []
+    seq = itertools.count()
+    next_progress: datetime | None = None
+
+    def ready(before: datetime) -> Iterator[tuple[str, str, bytes]]:
+        nonlocal next_progress
+        while pending and pending[0][0] < before:
+            at, _, record = heapq.heappop(pending)
+            while next_progress is not None and next_progress <= at:  # every record observed before it is out
+                yield from (_bookmark(topic, next_progress) for topic in SOURCE_TOPICS)
+                next_progress += progress_every
+            if next_progress is None:
+                next_progress = at.replace(second=0, microsecond=0) + progress_every
+            yield record
+
+    for i in range(attempts):
+        t0 = T0 + timedelta(hours=1, seconds=span * i / attempts + rnd.uniform(0, 30))
+        yield from ready(t0 - timedelta(minutes=61))  # nothing of a later attempt is observed before that
+        node = f"gpu-{int(nodes * rnd.random() ** 3):04d}"
+        namespace = f"team-{rnd.randrange(namespaces):02d}"
+        for at, record in _failed_attempt(i, rnd, t0, node, namespace, gpus):
+            heapq.heappush(pending, (at, next(seq), record))
+        if i % gangs_per == 0:
+            back = t0 + timedelta(minutes=rnd.randint(5, 40))
+            for at, record in _preempted_gang(f"g{i}", namespace, f"q{rnd.randrange(queues)}", t0, back):
+                heapq.heappush(pending, (at, next(seq), record))
+    yield from ready(datetime.max.replace(tzinfo=timezone.utc))

@@ -3,14 +3,18 @@
 Its inputs (`faultline.fleet-inputs`) come from the other stages, each keyed by what it
 counts toward (`app/core/fleet_inputs.py`):
 
-    <cluster>/node/<node>               a node: its faults per hour, quarantine (R2.7b: by the pod's node)
-    <cluster>/gpu/<node>/<gpu>          one GPU of a node: the same
-    <cluster>/failures/<ns>/<hour>      failed attempts of a namespace in one hour, by code and kind
-    <cluster>/queue/<ns>/<queue>        a LocalQueue: Kueue evictions, preemptions, readmission waits
+    <cluster>/node/<node>                    a node's quarantine count (R2.7b: by the pod's node)
+    <cluster>/gpu/<node>/<gpu>               one GPU of a node: the same
+    <cluster>/rate/<hour>/node/<node>        the faults first seen on a node in one hour, by code
+    <cluster>/rate/<hour>/gpu/<node>/<gpu>   the same for one GPU
+    <cluster>/failures/<ns>/<hour>           failed attempts of a namespace in one hour, by code and kind
+    <cluster>/queue/<ns>/<queue>             a LocalQueue: Kueue evictions, preemptions, readmission waits
 
-Each state is bounded by the settings, not by the fleet: hourly buckets within
-`history_hours`, at most `HITS_KEPT` critical faults for the quarantine count, the gangs
-waiting in one queue. Every change emits the derived record it changed (the derived
+Each state is bounded by the settings, not by the fleet: one hour's counts by code (an
+hour past `history_hours` is dropped), at most `HITS_KEPT` critical faults for the
+quarantine count, the gangs waiting in one queue. A node's hours are separate states: a
+node with faults of many codes in every hour of the history would otherwise hold them
+all in one value (history_hours × codes: over 64 KB at the default 48 h). Every change emits the derived record it changed (the derived
 topics, app/model/fleet_records.py); the fleet-wide views are assembled from those
 records at read time (app/core/fleet_read.py), so any worker can serve them.
 
@@ -85,27 +89,33 @@ class Hit(msgspec.Struct, frozen=True, array_like=True, gc=False):
     label: str  # "Xid 79"
 
 
-class Bucket(msgspec.Struct, frozen=True, gc=False):
-    hour: datetime
-    xids: tuple[XidCount, ...]  # ordered by (kind, code)
-    last_fault_at: datetime
-
-
 class SourceStats(msgspec.Struct, frozen=True, gc=False, tag="source"):
-    """A node (gpu == "") or one GPU of a node."""
+    """The quarantine count of a node (gpu == "") or one GPU of a node."""
 
     cluster: str
     node: str
     gpu: str = ""
     gpu_index: int | None = None
     latest: datetime = _EPOCH  # the latest record time folded in (stream time without progress)
-    buckets: tuple[Bucket, ...] = ()  # by hour, within the history
     hits: tuple[Hit, ...] = ()  # by (at, fault): the newest HITS_KEPT critical faults in the window
     candidate_since: datetime | None = None
 
     @property
     def scope(self) -> Scope:
         return "gpu" if self.gpu else "node"
+
+
+class RateStats(msgspec.Struct, frozen=True, gc=False, tag="rate"):
+    """The faults first seen on a node (gpu == "") or one GPU of a node in one UTC hour."""
+
+    cluster: str
+    node: str
+    hour: datetime
+    gpu: str = ""
+    gpu_index: int | None = None
+    latest: datetime = _EPOCH
+    xids: tuple[XidCount, ...] = ()  # ordered by (kind, code)
+    last_fault_at: datetime | None = None
 
 
 class FailureCount(msgspec.Struct, frozen=True, gc=False, array_like=True):
@@ -146,7 +156,7 @@ class QueueStats(msgspec.Struct, frozen=True, gc=False, tag="queue"):
     totals: QueueBucket = QueueBucket(_EPOCH)  # lifetime (counters never go down)
 
 
-FleetStats = SourceStats | FailureStats | QueueStats
+FleetStats = SourceStats | RateStats | FailureStats | QueueStats
 
 
 # --- keys ------------------------------------------------------------------------------------
@@ -158,6 +168,11 @@ def node_key(cluster: str, node: str) -> str:
 
 def gpu_key(cluster: str, node: str, gpu: str) -> str:
     return f"{cluster}/gpu/{node}/{gpu}"
+
+
+def rate_key(cluster: str, node: str, gpu: str, hour: datetime) -> str:
+    """The fault rate of a node (gpu "") or one of its GPUs in one hour."""
+    return f"{cluster}/rate/{iso(hour)}/gpu/{node}/{gpu}" if gpu else f"{cluster}/rate/{iso(hour)}/node/{node}"
 
 
 def failures_key(cluster: str, namespace: str, hour: datetime) -> str:
@@ -192,6 +207,8 @@ def fold_fleet(
     fleet = rules.fleet
     if fleet is None:
         return state, []
+    if isinstance(record, FaultChange) and record.hour is not None:
+        return _on_rate(state if isinstance(state, RateStats) else None, record, record.hour, fleet, marks)
     if isinstance(record, FaultChange):
         return _on_fault(state if isinstance(state, SourceStats) else None, record, fleet, marks)
     if isinstance(record, FailureChange):
@@ -207,6 +224,8 @@ def settle_fleet(state: FleetStats, key: str, rules: Rules, marks: Watermarks) -
     now = _now(state, marks)
     if isinstance(state, SourceStats):
         return _slide(state, now, fleet)
+    if isinstance(state, RateStats):
+        return state, []
     return _sweep(state, now, fleet), []
 
 
@@ -228,9 +247,8 @@ def fleet_expired(state: FleetStats, stream_time: datetime, rules: Rules) -> boo
         return True
     horizon = _horizon(stream_time, fleet)
     if isinstance(state, SourceStats):
-        recent = any(b.hour >= horizon for b in state.buckets)
-        return not recent and not state.hits and state.candidate_since is None
-    if isinstance(state, FailureStats):
+        return not state.hits and state.candidate_since is None
+    if isinstance(state, RateStats | FailureStats):
         return state.hour < horizon
     return not state.waiting and all(b.hour < horizon for b in state.buckets)
 
@@ -239,6 +257,7 @@ def fleet_expired(state: FleetStats, stream_time: datetime, rules: Rules) -> boo
 
 
 def _on_fault(state: SourceStats | None, change: FaultChange, fleet: FleetSettings, marks: Watermarks) -> tuple[SourceStats, list[Emit]]:
+    """A critical fault first seen anew, for the quarantine count of its node or GPU."""
     if state is None:
         state = SourceStats(change.cluster, change.node, change.gpu)
     state = msgspec.structs.replace(
@@ -248,16 +267,7 @@ def _on_fault(state: SourceStats | None, change: FaultChange, fleet: FleetSettin
     )
     now = _now(state, marks)
     state, out = _slide(state, now, fleet)
-    horizon = _horizon(now, fleet)
     before, after = change.before, change.after
-    hours = set()
-    if before is not None and before.hour >= horizon:
-        state = _count(state, before, -1, -before.occurrences)
-        hours.add(before.hour)
-    if after.hour >= horizon:
-        state = _count(state, after, 1, after.occurrences)
-        hours.add(after.hour)
-    out += [_rate(state, hour) for hour in sorted(hours)]
     if after.severity == "CRITICAL" and (before is None or before.first_seen != after.first_seen):
         state, became = _hit(state, Hit(after.first_seen, change.fault, fault_label(after.kind, after.code)), now, fleet)
         if became or state.candidate_since is not None:
@@ -265,11 +275,26 @@ def _on_fault(state: SourceStats | None, change: FaultChange, fleet: FleetSettin
     return state, out
 
 
-def _count(state: SourceStats, fault: FaultCount, faults: int, occurrences: int) -> SourceStats:
-    buckets = list(state.buckets)
-    index = next((i for i, b in enumerate(buckets) if b.hour == fault.hour), None)
-    xids = list(buckets[index].xids) if index is not None else []
-    last = buckets[index].last_fault_at if index is not None else fault.first_seen
+def _on_rate(
+    state: RateStats | None, change: FaultChange, hour: datetime, fleet: FleetSettings, marks: Watermarks
+) -> tuple[RateStats | None, list[Emit]]:
+    """A fault counted in (`after`) or out of (`before`) the hour of this state."""
+    latest = max(state.latest if state is not None else _EPOCH, change.observed_at)
+    if hour < _horizon(marks.stream_time(change.cluster) or latest, fleet):
+        return state, []  # past the history: no longer kept
+    if state is None:
+        state = RateStats(change.cluster, change.node, hour, change.gpu)
+    state = msgspec.structs.replace(state, latest=latest, gpu_index=change.gpu_index if change.gpu_index is not None else state.gpu_index)
+    before, after = change.before, change.after
+    if before is not None and before.hour == hour:
+        state = _count(state, before, -1, -before.occurrences)
+    if after.hour == hour:
+        state = _count(state, after, 1, after.occurrences)
+    return state, [_rate(state)]
+
+
+def _count(state: RateStats, fault: FaultCount, faults: int, occurrences: int) -> RateStats:
+    xids = list(state.xids)
     at = next((i for i, x in enumerate(xids) if (x.kind, x.code) == (fault.kind, fault.code)), None)
     if at is None:
         xids.append(XidCount(fault.kind, fault.code, fault.name, fault.severity, faults, occurrences))
@@ -277,14 +302,12 @@ def _count(state: SourceStats, fault: FaultCount, faults: int, occurrences: int)
     else:
         x = xids[at]
         xids[at] = msgspec.structs.replace(x, faults=x.faults + faults, occurrences=x.occurrences + occurrences)
-    xids = [x for x in xids if x.faults > 0 or x.occurrences > 0]
-    bucket = Bucket(fault.hour, tuple(xids), max(last, fault.first_seen) if faults >= 0 else last)
-    if index is None:
-        buckets.append(bucket)
-        buckets.sort(key=lambda b: b.hour)
-    else:
-        buckets[index] = bucket
-    return msgspec.structs.replace(state, buckets=tuple(buckets))
+    last = state.last_fault_at or fault.first_seen
+    return msgspec.structs.replace(
+        state,
+        xids=tuple(x for x in xids if x.faults > 0 or x.occurrences > 0),
+        last_fault_at=max(last, fault.first_seen) if faults >= 0 else last,
+    )
 
 
 def _severity_counts(xids: tuple[XidCount, ...] | list[XidCount]) -> dict[str, int]:
@@ -294,12 +317,11 @@ def _severity_counts(xids: tuple[XidCount, ...] | list[XidCount]) -> dict[str, i
     return counts
 
 
-def _rate(state: SourceStats, hour: datetime) -> Emit:
-    bucket = next((b for b in state.buckets if b.hour == hour), None)
-    xids = list(bucket.xids) if bucket is not None else []
+def _rate(state: RateStats) -> Emit:
+    xids = list(state.xids)
     sev = _severity_counts(xids)
     faults, occurrences = sum(x.faults for x in xids), sum(x.occurrences for x in xids)
-    last = bucket.last_fault_at if bucket is not None else None
+    hour, last = state.hour, state.last_fault_at
     if state.gpu:
         key = f"{state.cluster}/{state.node}/{state.gpu}/{iso(hour)}"
         return Emit(
@@ -363,7 +385,7 @@ def _quarantine(state: SourceStats, what: CandidateState, at: datetime, now: dat
 
 def _slide(state: SourceStats, now: datetime, fleet: FleetSettings) -> tuple[SourceStats, list[Emit]]:
     """Clear a candidate whose window slid past — at the instant the threshold-th newest
-    counted fault left it — forget faults out of the window, drop hours past the history."""
+    counted fault left it — and forget faults out of the window."""
     out: list[Emit] = []
     window, n = fleet.window, fleet.threshold
     if state.candidate_since is not None and sum(1 for h in state.hits if h.at > now - window) < n:
@@ -372,10 +394,8 @@ def _slide(state: SourceStats, now: datetime, fleet: FleetSettings) -> tuple[Sou
         out.append(_quarantine(cleared, "cleared", at, at, fleet))
         state = msgspec.structs.replace(state, candidate_since=None)
     kept = tuple(h for h in state.hits if h.at > now - window) if state.candidate_since is None else state.hits
-    horizon = _horizon(now, fleet)
-    buckets = tuple(b for b in state.buckets if b.hour >= horizon)
-    if kept != state.hits or buckets != state.buckets:
-        state = msgspec.structs.replace(state, hits=kept, buckets=buckets)
+    if kept != state.hits:
+        state = msgspec.structs.replace(state, hits=kept)
     return state, out
 
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import msgspec
+
 from app.core.emit import Emit
-from app.core.fleet_fold import failures_key, gpu_key, hour_of, node_key, queue_key
+from app.core.fleet_fold import failures_key, gpu_key, hour_of, node_key, queue_key, rate_key
 from app.core.rules import Rules
 from app.model.facts import FLEET_INPUTS, Counted, FailureChange, FaultChange, FaultCount, GangChange
 from app.model.records import ClassifiedFailure, GangTransition, GpuFault
@@ -30,7 +32,9 @@ def _count(fault: GpuFault) -> FaultCount:
 def fault_changes(
     cluster: str, observed_at: datetime, fault_key: str, before: GpuFault | None, after: GpuFault, rules: Rules
 ) -> list[Emit]:
-    """A trusted fault, new or changed, for its node and its GPU (R2.7b: the pod's node)."""
+    """A trusted fault, new or changed, for its node and its GPU (R2.7b: the pod's node):
+    for the fault rate of each hour it leaves or enters, and for the quarantine count when
+    it is a critical fault first seen anew."""
     if rules.fleet is None:
         return []
     old = _count(before) if before is not None else None
@@ -39,9 +43,14 @@ def fault_changes(
         return []  # e.g. the pod was relabelled: nothing the fleet counts changed
     node = after.node or UNKNOWN_NODE
     gpu = gpu_id(after)
-    out = [Emit(FLEET_INPUTS, node_key(cluster, node), FaultChange(cluster, observed_at, fault_key, node, "", None, old, new))]
-    if gpu:
-        out.append(Emit(FLEET_INPUTS, gpu_key(cluster, node, gpu), FaultChange(cluster, observed_at, fault_key, node, gpu, after.gpu_index, old, new)))
+    hours = sorted({new.hour} | ({old.hour} if old is not None else set()))
+    counts_hit = new.severity == "CRITICAL" and (old is None or old.first_seen != new.first_seen)
+    out = []
+    for source, index in [("", None), *([(gpu, after.gpu_index)] if gpu else [])]:
+        change = FaultChange(cluster, observed_at, fault_key, node, source, index, old, new)
+        if counts_hit:
+            out.append(Emit(FLEET_INPUTS, gpu_key(cluster, node, source) if source else node_key(cluster, node), change))
+        out += [Emit(FLEET_INPUTS, rate_key(cluster, node, source, hour), msgspec.structs.replace(change, hour=hour)) for hour in hours]
     return out
 
 

@@ -146,7 +146,9 @@ class FaultCount(msgspec.Struct, frozen=True, gc=False):
 
 class FaultChange(msgspec.Struct, frozen=True, gc=False, tag="FaultChange", tag_field="fact"):
     """A trusted fault Event counted anew (`before` None) or changed, on a node (`gpu` "")
-    or one of its GPUs. `fault` is its faultline.faults key."""
+    or one of its GPUs. `fault` is its faultline.faults key. `hour`: the UTC hour whose
+    fault rate this is for (the part of the change in that hour counts); None: for the
+    node's or GPU's quarantine count."""
 
     cluster: str
     observed_at: Timestamp  # the source record that changed it, by the bridge's clock
@@ -156,6 +158,7 @@ class FaultChange(msgspec.Struct, frozen=True, gc=False, tag="FaultChange", tag_
     gpu_index: int | None
     before: FaultCount | None
     after: FaultCount
+    hour: Timestamp | None = None
 
 
 class Counted(msgspec.Struct, frozen=True, gc=False, array_like=True):

@@ -20,7 +20,7 @@ from app.core.emit import Emit
 from app.core.fleet_evidence import evidence_of
 from app.core.fleet_fold import FleetStats, hour_of
 from app.core.fleet_summary import FleetState, fleet_summary, queue_rows, read
-from app.core.rules import FleetSettings
+from app.core.rules import DEFAULT_FLEET, FleetSettings
 from app.core.topology import FLEET_STAGE
 from app.model.fleet_records import (
     DERIVED_TOPICS,
@@ -311,7 +311,7 @@ def test_state_is_bounded_by_the_history_in_stream_time() -> None:
     settings = FleetSettings(history_hours=2, window_seconds=3600)
     state, _ = run([fault("ev-1", attempt="prod-a/ml/a/b/1", first_seen=T0), verdict("a", failed_at=T0)], settings)
     assert state.view.nodes and state.view.failures
-    assert {type(s).__name__ for s in state.states.values()} == {"SourceStats", "FailureStats"}
+    assert {type(s).__name__ for s in state.states.values()} == {"SourceStats", "RateStats", "FailureStats"}
     state, _ = run([verdict("z", failed_at=T0 + hours(30))], settings, state)
     # The view forgets what fell out of the history; the stage drops such states (expiry).
     assert not state.view.nodes and not state.view.gpus
@@ -331,6 +331,27 @@ def test_no_state_grows_with_the_fleet() -> None:
     node = state.states["prod-a/node/gpu-17"]
     assert len(node.hits) == HITS_KEPT  # type: ignore[union-attr]
     assert len(msgspec.json.encode(node)) < 16_000
+
+
+def test_a_node_with_faults_of_many_codes_in_every_hour_keeps_each_state_small() -> None:
+    """Issue 17: a node's hours are states of their own, so no value holds every hour of
+    the history times every code (one node's value passed 64 KB that way): the largest
+    state is the same for 12 hours of such faults (HITS_KEPT critical ones) as for the
+    whole history."""
+
+    def largest(hours_of_faults: int) -> int:
+        severities = ("USER", "WARN", "CRITICAL")
+        faults = [
+            fault(f"ev-{h:02d}-{c:02d}", code=c, severity=severities[c % 3], gpu_uuid=f"GPU-{c % 8}", first_seen=T0 + hours(h) + minutes(c))
+            for h in range(hours_of_faults)
+            for c in range(1, 31)
+        ]
+        state, _ = run(faults)
+        return max(len(msgspec.json.encode(s)) for s in state.states.values())
+
+    whole = largest(DEFAULT_FLEET.history_hours - 1)
+    assert whole == largest(12)
+    assert whole < 16_000
 
 
 def mixed_emits() -> list[Emit]:

@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("script", ["bench.core", "bench.replay", "bench.run_log"])
+@pytest.mark.parametrize("script", ["bench.core", "bench.replay", "bench.run_log", "bench.fleet_scale"])
 def test_benchmark_smoke_mode_prints_its_figures(script):
     result = subprocess.run([sys.executable, "-m", script, "--smoke"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
