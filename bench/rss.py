@@ -21,10 +21,8 @@ import time
 import uuid
 from pathlib import Path
 
-from kafka import KafkaAdminClient, KafkaConsumer
 from kafka.errors import KafkaError
 
-from app.core.topology import STAGE_OF
 from app.kafka.topics import create_topics
 from app.settings import load
 from bench import pipeline
@@ -47,10 +45,10 @@ def measure(bootstrap: str, records: list, tmp: Path) -> tuple[dict[float, float
     settings = load({"bootstrap": bootstrap, "topic_prefix": prefix, "partitions": pipeline.PARTITIONS})
     create_topics(settings)
     pipeline._produce(bootstrap, prefix, records)
-    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    topics = [prefix + t for t in STAGE_OF]  # every stage's inputs
+    lag_of = pipeline.GroupLag(bootstrap)
+    topics = pipeline.stage_inputs(prefix)
     log = tmp / "worker.log"
-    worker = pipeline._start_worker(bootstrap, prefix, tmp / "worker", log)
+    worker = pipeline.start_worker(bootstrap, prefix, tmp / "worker", log)
     at: dict[float, float] = {}
     peak, start = 0.0, time.monotonic()
     try:
@@ -59,7 +57,7 @@ def measure(bootstrap: str, records: list, tmp: Path) -> tuple[dict[float, float
             if worker.poll() is not None:
                 raise SystemExit(f"worker exited: {log.read_text()[-2000:]}")
             try:
-                lag = pipeline._lag(admin, settings.app_id, topics)
+                lag = lag_of(settings.app_id, topics)
             except KafkaError:  # the group's coordinator is not there yet
                 time.sleep(0.5)
                 continue
@@ -73,8 +71,8 @@ def measure(bootstrap: str, records: list, tmp: Path) -> tuple[dict[float, float
             time.sleep(0.5)
         return at, peak, time.monotonic() - start
     finally:
-        pipeline._stop(worker)
-        admin.close()
+        pipeline.stop_worker(worker)
+        lag_of.close()
 
 
 def main() -> None:
@@ -87,7 +85,6 @@ def main() -> None:
     pipeline.WORKER_ARGS[:] = ["--store", args.store, *shlex.split(args.worker_args)]
     records = list(generate(1_000 if args.smoke else args.records))
     with kafka() as bootstrap, tempfile.TemporaryDirectory() as tmp:
-        pipeline._ENDS = KafkaConsumer(bootstrap_servers=bootstrap)
         at, peak, took = measure(bootstrap, records, Path(tmp))
     print(f"records: {len(records)}")
     print(f"worker_flags: {' '.join(pipeline.WORKER_ARGS)}")
