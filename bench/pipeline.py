@@ -7,7 +7,7 @@ of the same records on the same broker, measured in the same run.
   `--workers` (default 1 and 2), that many `faultline worker`s are started in one group
   and timed until the group has read every source record and every re-keyed record it
   produced; the pass-through is timed over the same records.
-- latency: with the worker caught up, records are produced at R records/s for S seconds;
+- latency: once one failure has gone through every stage, records are produced at R records/s for S seconds;
   a fraction of them complete a failure (a fault, then the pod's Failed record). The
   latency is from producing that Failed record to its verdict being readable on
   faultline.classified-failures.
@@ -229,9 +229,14 @@ async def latency(bootstrap: str, background: list, rate: float, seconds: float,
     sent_at: dict[str, float] = {}
     latencies: list[float] = []
 
+    warm_setup, warm_key, warm_completing = _failure_story(-1, time.time())
+    live = asyncio.Event()
+
     async def read() -> None:
         async for message in verdicts:
             key = message.key.decode()
+            if key == warm_key:
+                live.set()
             if key in sent_at and key not in {k for k, _ in done}:
                 latencies.append(time.perf_counter() - sent_at[key])
                 done.append((key, None))
@@ -239,7 +244,11 @@ async def latency(bootstrap: str, background: list, rate: float, seconds: float,
     done: list = []
     reader = asyncio.create_task(read())
     try:
-        await asyncio.sleep(8)  # the worker joins its group
+        # The clock starts once one failure has gone through every stage: the worker has
+        # joined its group and holds its partitions (a fixed wait measured its start-up).
+        for topic, k, v in [*warm_setup, *warm_completing]:
+            await producer.send_and_wait(prefix + topic, key=k.encode(), value=v)
+        await asyncio.wait_for(live.wait(), timeout=180)
         interval, start, i, b = 1.0 / rate, time.perf_counter(), 0, 0
         pending: list = []
         while time.perf_counter() - start < seconds:

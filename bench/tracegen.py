@@ -151,7 +151,11 @@ def _workload(job_uid: str, at: datetime, admitted: bool) -> dict:
 
 
 SOURCE_TOPICS = ("k8s.pods", "k8s.events", "k8s.jobs", "k8s.workloads")
-PROGRESS_EVERY = 5  # attempts between two rounds of progress records (~4 % of the records)
+# Attempts between two rounds of progress records: one round per ~1,000 records, the
+# bridge's cadence (a round a second) when it publishes 1,000 records/s. Each round fans
+# out on the worker (every stage forwards it to every partition of its internal topics),
+# so a denser trace measures progress more than records (it was one per ~100 records).
+PROGRESS_EVERY = 50
 
 
 def _bookmark(topic: str, at: datetime) -> tuple[str, str, bytes]:
