@@ -15,6 +15,7 @@ from app.stream.agents import Stages
 from app.stream.faust_fixes import (
     bounded_rocksdb_memory,
     deliver_records_without_tasks_when_nothing_can_wait,
+    hold_read_offsets_on_rewind,
     on_stop_signal,
     seek_uncommitted_partitions_to_beginning,
     short_fetch_wait_between_rebalances,
@@ -67,6 +68,7 @@ def build_app(settings: Settings, rules: Rules = DEFAULT_RULES) -> tuple[faust.A
     )
     short_fetch_wait_between_rebalances(app, settings.fetch_wait_ms)
     without_per_event_monitor(app)
+    hold_read_offsets_on_rewind(app)
     stages = Stages(app, settings, rules)
     view = FleetReadModel(stages, settings, rules, fleet)
     if settings.fleet_stage:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import weakref
+from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -153,9 +154,57 @@ async def rewind(app: Any, tp: Any, offset: int) -> None:
     Faust counts the offsets it jumped over as a gap that needs no ack (meant for
     compacted topics and transaction markers), so its commits could pass the dropped
     records; the gap is forgotten with them. The records at and after `offset` come again,
-    in order; gaps that are real are found again as they are read."""
+    in order; gaps that are real are found again as they are read. Records fetched before
+    the seek may still be handed over after it: the read offset is held at `offset` until
+    that record comes (`HeldReadOffsets`), or Faust's fetch loop would take the records
+    asked for again as already read and drop them once more."""
     app.consumer._gap.pop(tp, None)
     await app.consumer.seek(tp, offset)
+    offsets = app.consumer._read_offset
+    if isinstance(offsets, HeldReadOffsets):
+        offsets.hold(tp, offset)
+
+
+class HeldReadOffsets(defaultdict):  # type: ignore[type-arg]
+    """Faust's read offsets per partition (fix 6), held at a rewind's offset until the
+    record at that offset comes: the records fetched before the rewind that are handed
+    over meanwhile (and skipped by the agent) must not move it past the records asked for
+    again. The gaps those records opened are closed when it comes."""
+
+    def __init__(self, consumer: Any) -> None:
+        super().__init__(lambda: None, consumer._read_offset)
+        self.consumer = consumer
+        self.held: dict[Any, int] = {}
+
+    def hold(self, tp: Any, offset: int) -> None:
+        self.held[tp] = offset
+
+    def __setitem__(self, tp: Any, offset: Any) -> None:
+        held = self.held.get(tp)
+        if held is not None and offset is not None:
+            if offset != held:
+                return  # fetched before the rewind
+            del self.held[tp]
+            self.consumer._gap.pop(tp, None)
+        super().__setitem__(tp, offset)
+
+    def __delitem__(self, tp: Any) -> None:
+        self.held.pop(tp, None)
+        super().__delitem__(tp)
+
+    def pop(self, tp: Any, *default: Any) -> Any:
+        self.held.pop(tp, None)  # revoked: the next owner seeks to the committed offset
+        return super().pop(tp, *default)
+
+    def clear(self) -> None:
+        self.held.clear()
+        super().clear()
+
+
+def hold_read_offsets_on_rewind(app: Any) -> None:
+    """Install `HeldReadOffsets` (fix 6) before the fetch loop binds Faust's read offsets."""
+    consumer = app.consumer
+    consumer._read_offset = HeldReadOffsets(consumer)
 
 
 _ROCKSDB_ORIGINAL = "_faultline_original_as_options"

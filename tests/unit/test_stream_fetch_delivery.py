@@ -70,3 +70,28 @@ def test_the_fetch_loop_awaits_a_delivery_in_place_unless_a_rebalance_may_cut_it
         return ran_in
 
     assert app.loop.run_until_complete(deliveries()) == [True, False]  # the loop Faust's events belong to
+
+
+def test_after_a_rewind_records_fetched_before_it_do_not_move_the_read_offset(tmp_path: Path) -> None:
+    """Fix 6: Faust's fetch loop drops a record below the partition's read offset as read.
+    Records fetched before a rewind, handed over after it, must not move that offset past
+    the records asked for again; the gaps they opened close when the first of those comes."""
+    from app.stream.faust_fixes import HeldReadOffsets
+
+    _, consumer = _worker(tmp_path)
+    offsets = consumer._read_offset
+    assert isinstance(offsets, HeldReadOffsets)
+    offsets[PODS_0] = 3_900  # read that far before the rewind
+    offsets[PODS_0] = 1_794  # the rewind's seek
+    offsets.hold(PODS_0, 1_794)
+    consumer._gap[PODS_0] = [(1_795, 3_901)]  # a record fetched before the seek jumped ahead
+    offsets[PODS_0] = 3_901
+    assert offsets[PODS_0] == 1_794  # so 1,794 and on are not dropped as read
+    offsets[PODS_0] = 1_794  # the first record asked for again
+    offsets[PODS_0] = 1_795
+    assert offsets[PODS_0] == 1_795 and PODS_0 not in consumer._gap
+
+    offsets.hold(PODS_0, 10)
+    offsets.pop(PODS_0)  # revoked: no hold survives into the next assignment
+    offsets[PODS_0] = 500
+    assert offsets[PODS_0] == 500
