@@ -13,12 +13,14 @@ class _FakeConsumer:
         self.earliest = earliest
         self.seeks: list[int] = []
         self._gap: dict = {}
+        self._read_offset: dict = {}  # as Faust's: a seek sets it
 
     async def earliest_offsets(self, tp):
         return {tp: self.earliest}
 
     async def seek(self, tp, offset):
         self.seeks.append(offset)
+        self._read_offset[tp] = offset
 
 
 class _FakeApp:
