@@ -82,8 +82,8 @@ def test_after_a_rewind_records_fetched_before_it_do_not_move_the_read_offset(tm
     offsets = consumer._read_offset
     assert isinstance(offsets, HeldReadOffsets)
     offsets[PODS_0] = 3_900  # read that far before the rewind
-    offsets[PODS_0] = 1_794  # the rewind's seek
-    offsets.hold(PODS_0, 1_794)
+    offsets.hold(PODS_0, 1_794)  # the rewind, before its seek
+    assert offsets[PODS_0] == 1_794
     consumer._gap[PODS_0] = [(1_795, 3_901)]  # a record fetched before the seek jumped ahead
     offsets[PODS_0] = 3_901
     assert offsets[PODS_0] == 1_794  # so 1,794 and on are not dropped as read
@@ -95,3 +95,8 @@ def test_after_a_rewind_records_fetched_before_it_do_not_move_the_read_offset(tm
     offsets.pop(PODS_0)  # revoked: no hold survives into the next assignment
     offsets[PODS_0] = 500
     assert offsets[PODS_0] == 500
+
+    offsets.hold(PODS_0, 20)
+    offsets.update({PODS_0: 400})  # Faust's seek to the committed offsets after a rebalance
+    offsets[PODS_0] = 401
+    assert offsets[PODS_0] == 401
