@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 import faust
@@ -31,6 +32,9 @@ class DroppedRecords(RuntimeError):
 # Rewinds of one partition in a row that found the hole again before the worker gives up
 # and stops (the restart re-reads from the committed offset).
 MAX_REWINDS = 3
+# A rewind takes effect within a fetch or two; one that has not after this many seconds
+# is taken as lost (its records never came) and made again.
+REWIND_PATIENCE_SECONDS = 20.0
 
 
 class CommittedOffsets(Service):
@@ -73,6 +77,7 @@ class Continuity:
         self.app, self.agent, self.committed = app, agent, committed
         self.next: dict[Any, int] = {}
         self.rewinding: dict[Any, int] = {}  # partition -> the offset a rewind waits for
+        self.rewound_at: dict[Any, float] = {}  # partition -> monotonic time of that rewind
         self.skipped: dict[Any, int] = {}  # partition -> the last offset skipped while rewinding
         self.rewinds: dict[Any, int] = {}  # partition -> rewinds in a row
         self.generation: int | None = None
@@ -81,12 +86,15 @@ class Continuity:
         """True: fold it. False: skip it — past a hole, it comes again after the rewind."""
         if self.app.consumer_generation_id != self.generation:  # a rebalance: start over
             self.generation, self.next, self.rewinding, self.skipped, self.rewinds = self.app.consumer_generation_id, {}, {}, {}, {}
+            self.rewound_at = {}
         tp = message.tp
         waiting = self.rewinding.get(tp)
         if waiting is not None:
             last = self.skipped.get(tp)
             if message.offset > waiting and (last is None or message.offset > last):
                 self.skipped[tp] = message.offset
+                if self._overdue(tp):  # the records asked for never came: ask again
+                    await self._rewind(tp, waiting, message.offset, "were asked for again but never came")
                 return False  # fetched before the rewind took effect
             del self.rewinding[tp]  # the rewind took effect: from `waiting`, or past it again
             self.skipped.pop(tp, None)
@@ -97,23 +105,38 @@ class Continuity:
             # Records the broker deleted (retention) while nothing read them are no hole.
             expected = earliest if committed is None else max(committed, earliest)
         if message.offset > expected:
-            rewinds = self.rewinds.get(tp, 0) + 1
-            if rewinds > MAX_REWINDS:
-                log.error(
-                    "%s: records %s[%d] %d..%d were dropped before processing again after %d rewinds; "
-                    "stopping so that a restart re-reads them from the committed offset",
-                    self.agent, tp.topic, tp.partition, expected, message.offset - 1, MAX_REWINDS,
-                )
-                raise DroppedRecords(f"{tp.topic}[{tp.partition}]: offsets {expected}..{message.offset - 1} never reached {self.agent}")
-            log.warning(
-                "%s: records %s[%d] %d..%d were dropped before processing (a Faust fetch race); fetching them again",
-                self.agent, tp.topic, tp.partition, expected, message.offset - 1,
-            )
-            self.rewinds[tp] = rewinds
-            self.rewinding[tp] = expected
-            self.next[tp] = expected
-            await rewind(self.app, tp, expected)
+            await self._rewind(tp, expected, message.offset, "were dropped before processing (a Faust fetch race)")
             return False
         self.rewinds.pop(tp, None)
         self.next[tp] = max(expected, message.offset + 1)
         return True
+
+    async def retry_lost_rewinds(self) -> None:
+        """Make again a rewind whose records have not come for `REWIND_PATIENCE_SECONDS`
+        (called while the agent is idle: at a partition's end no later record would show it)."""
+        if self.app.consumer_generation_id != self.generation:
+            return  # a rebalance: the next record starts over
+        for tp, waiting in list(self.rewinding.items()):
+            if self._overdue(tp):
+                await self._rewind(tp, waiting, self.skipped.get(tp, waiting), "were asked for again but never came")
+
+    def _overdue(self, tp: Any) -> bool:
+        return time.monotonic() - self.rewound_at.get(tp, time.monotonic()) > REWIND_PATIENCE_SECONDS
+
+    async def _rewind(self, tp: Any, expected: int, seen: int, why: str) -> None:
+        """Fetch `tp` again from `expected`; `seen`: the offset that showed the hole. Raises
+        `DroppedRecords` once that was tried `MAX_REWINDS` times in a row."""
+        rewinds = self.rewinds.get(tp, 0) + 1
+        if rewinds > MAX_REWINDS:
+            log.error(
+                "%s: records %s[%d] from %d %s, after %d rewinds; stopping so that a restart re-reads them from the committed offset",
+                self.agent, tp.topic, tp.partition, expected, why, MAX_REWINDS,
+            )
+            raise DroppedRecords(f"{tp.topic}[{tp.partition}]: offsets {expected}..{seen - 1} never reached {self.agent}")
+        log.warning("%s: records %s[%d] %d..%d %s; fetching them again", self.agent, tp.topic, tp.partition, expected, seen - 1, why)
+        self.rewinds[tp] = rewinds
+        self.rewinding[tp] = expected
+        self.rewound_at[tp] = time.monotonic()
+        self.skipped.pop(tp, None)
+        self.next[tp] = expected
+        await rewind(self.app, tp, expected)

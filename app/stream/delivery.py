@@ -39,9 +39,9 @@ from app.core.dead_letters import dead_letter
 from app.core.emit import Emit
 from app.core.topology import to_every_partition
 from app.settings import Settings
-from app.stream.codecs import ORIGIN_HEADER, Origin, Position, encode
 from app.stream import in_flight
-from app.stream.continuity import CommittedOffsets, Continuity
+from app.stream.codecs import ORIGIN_HEADER, Origin, Position, encode
+from app.stream.continuity import REWIND_PATIENCE_SECONDS, CommittedOffsets, Continuity
 from app.stream.fault_injection import FaultInjection
 from app.stream.faust_fixes import forget_unacked
 from app.stream.stopping import StopDeadline
@@ -172,6 +172,7 @@ class Delivery:
         async def agent(stream: faust.StreamT) -> None:
             batch = Batch(stream.noack(), table, before_flush, linger)  # events are acked by Batch.flush only
             idle = asyncio.ensure_future(self._flush_when_idle(batch))
+            lost = asyncio.ensure_future(self._retry_lost_rewinds(continuity, batch))
             noted.report()
             try:
                 async for event in batch.stream.events():
@@ -199,6 +200,7 @@ class Delivery:
                 raise
             finally:
                 idle.cancel()
+                lost.cancel()
                 if batch.events:  # stopping with a batch unwritten: it must be delivered again
                     forget_unacked(self.app, batch.events)
 
@@ -219,6 +221,17 @@ class Delivery:
                     await self.flush(batch)
                 except Exception as exc:  # the worker must stop with the batch unacked
                     self.stop.arm(f"a batch could not be written: {type(exc).__name__}: {exc}")
+                    await self.app.crash(exc)
+                    return
+
+    async def _retry_lost_rewinds(self, continuity: Continuity, batch: Batch) -> None:
+        while True:
+            await asyncio.sleep(REWIND_PATIENCE_SECONDS / 4)
+            async with batch.lock:
+                try:
+                    await continuity.retry_lost_rewinds()
+                except Exception as exc:  # DroppedRecords: a restart re-reads from the committed offset
+                    self.stop.arm(f"{type(exc).__name__}: {exc}")
                     await self.app.crash(exc)
                     return
 

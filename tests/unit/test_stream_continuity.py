@@ -8,19 +8,34 @@ import pytest
 # --- the safety net under the delivery guarantee: an agent never skips an offset --------------
 
 
+class _FakeConsumerThread:
+    """Faust's consumer thread: the aiokafka consumer lives there, and calls run on it."""
+
+    def __init__(self, consumer: "_FakeConsumer") -> None:
+        self.consumer = consumer
+
+    def _ensure_consumer(self):
+        return self
+
+    def seek(self, tp, offset):  # aiokafka's: moves the fetch position only
+        self.consumer.seeks.append(offset)
+
+    async def call_thread(self, fun, *args):
+        self.consumer.on_call_thread()
+        return fun(*args)
+
+
 class _FakeConsumer:
     def __init__(self, earliest: int) -> None:
         self.earliest = earliest
         self.seeks: list[int] = []
         self._gap: dict = {}
-        self._read_offset: dict = {}  # as Faust's: a seek sets it
+        self._read_offset: dict = {}
+        self._thread = _FakeConsumerThread(self)
+        self.on_call_thread = lambda: None
 
     async def earliest_offsets(self, tp):
         return {tp: self.earliest}
-
-    async def seek(self, tp, offset):
-        self.seeks.append(offset)
-        self._read_offset[tp] = offset
 
 
 class _FakeApp:
@@ -102,3 +117,57 @@ def test_r7_3_a_rebalance_starts_the_offset_check_over() -> None:
         assert await continuity.check(_message(40))
 
     asyncio.run(run())
+
+
+def test_r7_3_a_rewind_whose_records_never_come_is_made_again_then_stops_the_worker(monkeypatch) -> None:
+    """A rewind that is lost (its records never come, whatever the cause) must not leave
+    the partition skipped for ever: after the patience it is made again, and counts."""
+    import asyncio
+
+    from app.stream import continuity as module
+    from app.stream.continuity import MAX_REWINDS, REWIND_PATIENCE_SECONDS, Continuity, DroppedRecords
+
+    now = [1000.0]
+    monkeypatch.setattr(module.time, "monotonic", lambda: now[0])
+    app = _FakeApp()
+    continuity = Continuity(app, "pods_stage", _FakeCommitted(5))
+
+    async def run() -> None:
+        assert not await continuity.check(_message(9))  # 5..8 missing: rewind to 5
+        assert not await continuity.check(_message(10))  # fetched before it: skipped
+        await continuity.retry_lost_rewinds()
+        assert app.consumer.seeks == [5]  # not overdue yet
+        now[0] += REWIND_PATIENCE_SECONDS + 1
+        assert not await continuity.check(_message(11))  # still not 5: overdue, asked again
+        assert app.consumer.seeks == [5, 5]
+        for _ in range(MAX_REWINDS - 2):
+            now[0] += REWIND_PATIENCE_SECONDS + 1
+            await continuity.retry_lost_rewinds()  # idle: no record comes at all
+        assert app.consumer.seeks == [5] * MAX_REWINDS
+        now[0] += REWIND_PATIENCE_SECONDS + 1
+        with pytest.raises(DroppedRecords, match=r"offsets 5\.\.\d+ never reached pods_stage"):
+            await continuity.retry_lost_rewinds()
+
+    asyncio.run(run())
+
+
+def test_r7_3_records_handed_over_while_a_rewind_seeks_do_not_move_the_read_offset(tmp_path) -> None:
+    """The read offset is held at the rewind's offset before the seek is sent to the
+    consumer's thread: records fetched earlier and handed over meanwhile cannot move it, so
+    the records asked for again are not dropped as read."""
+    import asyncio
+
+    pytest.importorskip("faust")
+    from app.stream.faust_fixes import HeldReadOffsets, rewind
+
+    app = _FakeApp()
+    consumer = app.consumer
+    consumer._read_offset = HeldReadOffsets(consumer)
+    tp = _message(0).tp
+    consumer._read_offset[tp] = 3_900  # read that far before the rewind
+    consumer.on_call_thread = lambda: consumer._read_offset.__setitem__(tp, 3_901)  # handed over meanwhile
+    asyncio.run(rewind(app, tp, 1_794))
+    assert consumer.seeks == [1_794] and consumer._read_offset[tp] == 1_794
+    consumer._read_offset[tp] = 1_794  # the first record asked for again comes
+    consumer._read_offset[tp] = 1_795
+    assert consumer._read_offset[tp] == 1_795
