@@ -20,9 +20,9 @@ from app.core.emit import Emit
 from app.core.fleet_evidence import AttemptEvidence, evidence_of
 from app.core.fleet_view import Counters, LiveFleet, Watermark
 from app.core.rules import FleetSettings, Rules
+from app.kafka import clients
 from app.model.fleet_records import DERIVED_TOPICS, DerivedRecord
 from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, ClassifiedFailure, DeadLetter
-from app.kafka import clients
 from app.settings import Settings
 from app.stream.agents import Stages
 from app.stream.lag import consumer_lag

@@ -74,7 +74,11 @@ def test_r12_three_workers_in_one_group_give_the_offline_gang_transitions_exactl
         stream_stack.start_worker(worker)
     stream_stack.wait_settled(timeout=240)
     streamed = outputs.streamed(stream_stack)
-    streamed.assert_equal(expected)
+    # Workers joining mid-stream make the group rebalance, and a batch a worker had not
+    # committed when it gave up a partition is delivered again to its next owner: a bad
+    # record in it is dead-lettered twice (at least once: docs/streaming.md, "Delivery");
+    # a verdict is not sent twice (its key's state records the position).
+    streamed.assert_equal(expected, redelivered=True)
     differ = sorted(k for k in expected.transitions.keys() | streamed.transitions.keys() if expected.transitions.get(k) != streamed.transitions.get(k))
     assert not differ, "\n".join(
         f"{k}:\n  offline {expected.transitions.get(k)}\n  stream  {streamed.transitions.get(k)}" for k in differ[:3]
