@@ -80,13 +80,14 @@ class Continuity:
         self.rewound_at: dict[Any, float] = {}  # partition -> monotonic time of that rewind
         self.skipped: dict[Any, int] = {}  # partition -> the last offset skipped while rewinding
         self.rewinds: dict[Any, int] = {}  # partition -> rewinds in a row
+        self.fetched_past: dict[Any, int] = {}  # partition -> the offset the last idle check found fetched past
+        self.commit_lag: dict[Any, tuple[int | None, int]] = {}  # partition -> (committed, seen up to) at the last idle check
+        self.lag_told: set[Any] = set()  # partitions whose commit lag was logged
         self.generation: int | None = None
 
     async def check(self, message: faust.types.Message) -> bool:
         """True: fold it. False: skip it — past a hole, it comes again after the rewind."""
-        if self.app.consumer_generation_id != self.generation:  # a rebalance: start over
-            self.generation, self.next, self.rewinding, self.skipped, self.rewinds = self.app.consumer_generation_id, {}, {}, {}, {}
-            self.rewound_at = {}
+        self._start_over_after_a_rebalance()
         tp = message.tp
         waiting = self.rewinding.get(tp)
         if waiting is not None:
@@ -98,12 +99,7 @@ class Continuity:
                 return False  # fetched before the rewind took effect
             del self.rewinding[tp]  # the rewind took effect: from `waiting`, or past it again
             self.skipped.pop(tp, None)
-        expected = self.next.get(tp)
-        if expected is None:  # the first record of this partition since (re)assignment
-            committed = await self.committed.get(tp)
-            earliest = (await self.app.consumer.earliest_offsets(tp)).get(tp) or 0
-            # Records the broker deleted (retention) while nothing read them are no hole.
-            expected = earliest if committed is None else max(committed, earliest)
+        expected = await self._expected(tp)
         if message.offset > expected:
             await self._rewind(tp, expected, message.offset, "were dropped before processing (a Faust fetch race)")
             return False
@@ -111,14 +107,75 @@ class Continuity:
         self.next[tp] = max(expected, message.offset + 1)
         return True
 
-    async def retry_lost_rewinds(self) -> None:
-        """Make again a rewind whose records have not come for `REWIND_PATIENCE_SECONDS`
-        (called while the agent is idle: at a partition's end no later record would show it)."""
-        if self.app.consumer_generation_id != self.generation:
-            return  # a rebalance: the next record starts over
+    async def when_idle(self, topics: set[str]) -> None:
+        """Checks that need no later record (called while the agent waits for one):
+
+        - a rewind whose records have not come for `REWIND_PATIENCE_SECONDS` is made again;
+        - a hole at a partition's end: the consumer has fetched past the next offset this
+          agent expects and nothing of that partition came, at two checks in a row. Faust
+          drops fetched records around a rebalance and relies on its seek back to the
+          committed offset; when that fails, no later record comes to show the hole (a
+          source topic at its end), and the partition stayed uncommitted for good."""
+        flow = getattr(self.app, "flow_control", None)
+        if flow is not None and not flow.is_active():
+            return  # a rebalance under way
+        self._start_over_after_a_rebalance()
         for tp, waiting in list(self.rewinding.items()):
             if self._overdue(tp):
                 await self._rewind(tp, waiting, self.skipped.get(tp, waiting), "were asked for again but never came")
+        for tp in sorted(self.app.consumer.assignment()):
+            if tp.topic not in topics or tp in self.rewinding:
+                continue
+            expected = await self._expected(tp)
+            position = await self._position(tp)
+            if position is None or position <= expected:
+                self.fetched_past.pop(tp, None)
+                await self._note_commit_lag(tp, expected)
+                continue
+            if self.fetched_past.get(tp) == expected:  # nothing of it came since the last check
+                self.fetched_past.pop(tp, None)
+                await self._rewind(tp, expected, position, "were fetched but never reached the agent")
+            else:
+                self.fetched_past[tp] = expected
+
+    def _start_over_after_a_rebalance(self) -> None:
+        if self.app.consumer_generation_id != self.generation:
+            self.generation, self.next, self.rewinding, self.skipped, self.rewinds = self.app.consumer_generation_id, {}, {}, {}, {}
+            self.rewound_at, self.fetched_past, self.commit_lag, self.lag_told = {}, {}, {}, set()
+
+    async def _note_commit_lag(self, tp: Any, expected: int) -> None:
+        """Say so when everything fetched of `tp` was seen but the group's committed offset
+        stays behind it at two idle checks in a row (Faust commits only a gap-free run of
+        acknowledged offsets): a record seen and never acknowledged. A diagnosis only."""
+        committed = await self.committed.get(tp)
+        lag = (committed, expected)
+        if committed is None or committed >= expected:
+            self.commit_lag.pop(tp, None)
+        elif self.commit_lag.get(tp) != lag:
+            self.commit_lag[tp] = lag
+            self.lag_told.discard(tp)
+        elif tp not in self.lag_told:
+            self.lag_told.add(tp)
+            log.warning(
+                "%s: records %s[%d] were seen up to %d but the group's committed offset stays at %d",
+                self.agent, tp.topic, tp.partition, expected - 1, committed,
+            )
+
+    async def _expected(self, tp: Any) -> int:
+        expected = self.next.get(tp)
+        if expected is None:  # nothing of this partition since (re)assignment
+            committed = await self.committed.get(tp)
+            earliest = (await self.app.consumer.earliest_offsets(tp)).get(tp) or 0
+            # Records the broker deleted (retention) while nothing read them are no hole.
+            expected = earliest if committed is None else max(committed, earliest)
+        return expected
+
+    async def _position(self, tp: Any) -> int | None:
+        """The next offset the consumer will fetch of `tp` (None: not known now)."""
+        try:
+            return await asyncio.wait_for(self.app.consumer.position(tp), timeout=5)
+        except Exception:  # revoked meanwhile, or no position yet: the next check asks again
+            return None
 
     def _overdue(self, tp: Any) -> bool:
         return time.monotonic() - self.rewound_at.get(tp, time.monotonic()) > REWIND_PATIENCE_SECONDS

@@ -154,11 +154,13 @@ class Delivery:
         default supervisor would restart it on the *next* record, and the failed batch,
         never acked, would be skipped later as "applied" once a successor's position is
         stored. Crashing makes the restart redeliver from the last committed offset."""
-        self.app.agent(topic, name=name, supervisor_strategy=CrashingSupervisor)(self._body(name, handle, table, before_flush, linger))
+        body = self._body(name, set(topic.topics), handle, table, before_flush, linger)
+        self.app.agent(topic, name=name, supervisor_strategy=CrashingSupervisor)(body)
 
     def _body(
         self,
         name: str,
+        topics: set[str],
         handle: Callable[[faust.types.Message, Batch], Any],
         table: StateTable[Any] | None,
         before_flush: Callable[[Batch], Awaitable[None]] | None,
@@ -172,7 +174,7 @@ class Delivery:
         async def agent(stream: faust.StreamT) -> None:
             batch = Batch(stream.noack(), table, before_flush, linger)  # events are acked by Batch.flush only
             idle = asyncio.ensure_future(self._flush_when_idle(batch))
-            lost = asyncio.ensure_future(self._retry_lost_rewinds(continuity, batch))
+            watch = asyncio.ensure_future(self._check_continuity_when_idle(continuity, batch, topics))
             noted.report()
             try:
                 async for event in batch.stream.events():
@@ -200,7 +202,7 @@ class Delivery:
                 raise
             finally:
                 idle.cancel()
-                lost.cancel()
+                watch.cancel()
                 if batch.events:  # stopping with a batch unwritten: it must be delivered again
                     forget_unacked(self.app, batch.events)
 
@@ -224,12 +226,14 @@ class Delivery:
                     await self.app.crash(exc)
                     return
 
-    async def _retry_lost_rewinds(self, continuity: Continuity, batch: Batch) -> None:
+    async def _check_continuity_when_idle(self, continuity: Continuity, batch: Batch, topics: set[str]) -> None:
         while True:
             await asyncio.sleep(REWIND_PATIENCE_SECONDS / 4)
+            if not batch.nothing_queued():
+                continue  # records are coming: they show holes themselves
             async with batch.lock:
                 try:
-                    await continuity.retry_lost_rewinds()
+                    await continuity.when_idle(topics)
                 except Exception as exc:  # DroppedRecords: a restart re-reads from the committed offset
                     self.stop.arm(f"{type(exc).__name__}: {exc}")
                     await self.app.crash(exc)

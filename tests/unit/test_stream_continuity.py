@@ -33,9 +33,16 @@ class _FakeConsumer:
         self._read_offset: dict = {}
         self._thread = _FakeConsumerThread(self)
         self.on_call_thread = lambda: None
+        self.positions: dict = {}  # tp -> the next offset the consumer fetches
 
     async def earliest_offsets(self, tp):
         return {tp: self.earliest}
+
+    def assignment(self):
+        return set(self.positions)
+
+    async def position(self, tp):
+        return self.positions[tp]
 
 
 class _FakeApp:
@@ -135,18 +142,18 @@ def test_r7_3_a_rewind_whose_records_never_come_is_made_again_then_stops_the_wor
     async def run() -> None:
         assert not await continuity.check(_message(9))  # 5..8 missing: rewind to 5
         assert not await continuity.check(_message(10))  # fetched before it: skipped
-        await continuity.retry_lost_rewinds()
+        await continuity.when_idle({"t.k8s.pods"})
         assert app.consumer.seeks == [5]  # not overdue yet
         now[0] += REWIND_PATIENCE_SECONDS + 1
         assert not await continuity.check(_message(11))  # still not 5: overdue, asked again
         assert app.consumer.seeks == [5, 5]
         for _ in range(MAX_REWINDS - 2):
             now[0] += REWIND_PATIENCE_SECONDS + 1
-            await continuity.retry_lost_rewinds()  # idle: no record comes at all
+            await continuity.when_idle({"t.k8s.pods"})  # idle: no record comes at all
         assert app.consumer.seeks == [5] * MAX_REWINDS
         now[0] += REWIND_PATIENCE_SECONDS + 1
         with pytest.raises(DroppedRecords, match=r"offsets 5\.\.\d+ never reached pods_stage"):
-            await continuity.retry_lost_rewinds()
+            await continuity.when_idle({"t.k8s.pods"})
 
     asyncio.run(run())
 
@@ -171,3 +178,55 @@ def test_r7_3_records_handed_over_while_a_rewind_seeks_do_not_move_the_read_offs
     consumer._read_offset[tp] = 1_794  # the first record asked for again comes
     consumer._read_offset[tp] = 1_795
     assert consumer._read_offset[tp] == 1_795
+
+
+def test_r7_3_a_hole_at_a_partitions_end_is_found_without_a_later_record() -> None:
+    """Records fetched and dropped before the agent saw them, at the end of a partition:
+    no later record shows the hole. The idle check finds the consumer past the offset the
+    agent expects, twice in a row, and fetches the partition again from it."""
+    import asyncio
+
+    from app.stream.continuity import Continuity
+
+    app = _FakeApp()
+    tp = _message(0).tp
+    continuity = Continuity(app, "pods_stage", _FakeCommitted(143))
+
+    async def run() -> None:
+        assert await continuity.check(_message(143))
+        app.consumer.positions[tp] = 144
+        await continuity.when_idle({tp.topic})
+        await continuity.when_idle({tp.topic})
+        assert app.consumer.seeks == []  # fetched as far as seen: no hole
+        app.consumer.positions[tp] = 342  # 144..341 fetched, never handed over
+        await continuity.when_idle({"t.k8s.events"})
+        await continuity.when_idle({tp.topic})
+        assert app.consumer.seeks == []  # once may be records on their way
+        assert await continuity.check(_message(144))  # one came: start the count again
+        await continuity.when_idle({tp.topic})
+        assert app.consumer.seeks == []
+        await continuity.when_idle({tp.topic})
+        assert app.consumer.seeks == [145]
+        assert await continuity.check(_message(145))  # the rewind took effect
+
+    asyncio.run(run())
+
+
+def test_r7_3_a_partition_nothing_was_read_of_since_assignment_is_checked_from_its_committed_offset() -> None:
+    import asyncio
+
+    from app.stream.continuity import Continuity
+
+    app = _FakeApp()
+    tp = _message(0).tp
+    continuity = Continuity(app, "jobs_stage", _FakeCommitted(143))
+    asyncio.run(continuity.check(_message(143)))  # then a rebalance: no record of tp came after it
+    app.consumer_generation_id = 2
+    app.consumer.positions[tp] = 342
+
+    async def run() -> None:
+        await continuity.when_idle({tp.topic})
+        await continuity.when_idle({tp.topic})
+        assert app.consumer.seeks == [143]  # from the committed offset, not from 144 (the last generation's)
+
+    asyncio.run(run())
