@@ -35,6 +35,8 @@ MAX_REWINDS = 3
 # A rewind takes effect within a fetch or two; one that has not after this many seconds
 # is taken as lost (its records never came) and made again.
 REWIND_PATIENCE_SECONDS = 20.0
+IDLE_CHECK_SECONDS = REWIND_PATIENCE_SECONDS / 4  # how often an idle agent checks (`when_idle`)
+LAG_CHECKS = 4  # idle checks in a row that find the committed offset behind before it is said
 
 
 class CommittedOffsets(Service):
@@ -81,8 +83,8 @@ class Continuity:
         self.skipped: dict[Any, int] = {}  # partition -> the last offset skipped while rewinding
         self.rewinds: dict[Any, int] = {}  # partition -> rewinds in a row
         self.fetched_past: dict[Any, int] = {}  # partition -> the offset the last idle check found fetched past
-        self.commit_lag: dict[Any, tuple[int | None, int]] = {}  # partition -> (committed, seen up to) at the last idle check
-        self.lag_told: set[Any] = set()  # partitions whose commit lag was logged
+        # partition -> ((committed, seen up to), idle checks in a row that found it so)
+        self.commit_lag: dict[Any, tuple[tuple[int, int], int]] = {}
         self.generation: int | None = None
 
     async def check(self, message: faust.types.Message) -> bool:
@@ -107,7 +109,7 @@ class Continuity:
         self.next[tp] = max(expected, message.offset + 1)
         return True
 
-    async def when_idle(self, topics: set[str]) -> None:
+    async def when_idle(self, topics: set[str], acked: bool = False) -> None:
         """Checks that need no later record (called while the agent waits for one):
 
         - a rewind whose records have not come for `REWIND_PATIENCE_SECONDS` is made again;
@@ -130,7 +132,8 @@ class Continuity:
             position = await self._position(tp)
             if position is None or position <= expected:
                 self.fetched_past.pop(tp, None)
-                await self._note_commit_lag(tp, expected)
+                if acked:
+                    await self._note_commit_lag(tp, expected)
                 continue
             if self.fetched_past.get(tp) == expected:  # nothing of it came since the last check
                 self.fetched_past.pop(tp, None)
@@ -141,24 +144,25 @@ class Continuity:
     def _start_over_after_a_rebalance(self) -> None:
         if self.app.consumer_generation_id != self.generation:
             self.generation, self.next, self.rewinding, self.skipped, self.rewinds = self.app.consumer_generation_id, {}, {}, {}, {}
-            self.rewound_at, self.fetched_past, self.commit_lag, self.lag_told = {}, {}, {}, set()
+            self.rewound_at, self.fetched_past, self.commit_lag = {}, {}, {}
 
     async def _note_commit_lag(self, tp: Any, expected: int) -> None:
-        """Say so when everything fetched of `tp` was seen but the group's committed offset
-        stays behind it at two idle checks in a row (Faust commits only a gap-free run of
-        acknowledged offsets): a record seen and never acknowledged. A diagnosis only."""
+        """Say so when every record of `tp` this agent saw is acknowledged but the group's
+        committed offset stays behind them at `LAG_CHECKS` idle checks in a row (Faust
+        commits every few seconds, only a gap-free run of acknowledged offsets). A
+        diagnosis: a record acknowledged nowhere holds every commit of its partition."""
         committed = await self.committed.get(tp)
-        lag = (committed, expected)
         if committed is None or committed >= expected:
             self.commit_lag.pop(tp, None)
-        elif self.commit_lag.get(tp) != lag:
-            self.commit_lag[tp] = lag
-            self.lag_told.discard(tp)
-        elif tp not in self.lag_told:
-            self.lag_told.add(tp)
+            return
+        lag = (committed, expected)
+        seen, checks = self.commit_lag.get(tp, (lag, 0))
+        checks = checks + 1 if seen == lag else 1
+        self.commit_lag[tp] = (lag, checks)
+        if checks == LAG_CHECKS:
             log.warning(
-                "%s: records %s[%d] were seen up to %d but the group's committed offset stays at %d",
-                self.agent, tp.topic, tp.partition, expected - 1, committed,
+                "%s: records %s[%d] up to %d are acknowledged but the group's committed offset has stayed at %d for %d s",
+                self.agent, tp.topic, tp.partition, expected - 1, committed, int(IDLE_CHECK_SECONDS * (LAG_CHECKS - 1)),
             )
 
     async def _expected(self, tp: Any) -> int:

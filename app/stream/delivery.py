@@ -41,7 +41,7 @@ from app.core.topology import to_every_partition
 from app.settings import Settings
 from app.stream import in_flight
 from app.stream.codecs import ORIGIN_HEADER, Origin, Position, encode
-from app.stream.continuity import REWIND_PATIENCE_SECONDS, CommittedOffsets, Continuity
+from app.stream.continuity import IDLE_CHECK_SECONDS, CommittedOffsets, Continuity
 from app.stream.fault_injection import FaultInjection
 from app.stream.faust_fixes import forget_unacked
 from app.stream.stopping import StopDeadline
@@ -228,12 +228,12 @@ class Delivery:
 
     async def _check_continuity_when_idle(self, continuity: Continuity, batch: Batch, topics: set[str]) -> None:
         while True:
-            await asyncio.sleep(REWIND_PATIENCE_SECONDS / 4)
+            await asyncio.sleep(IDLE_CHECK_SECONDS)
             if not batch.nothing_queued():
                 continue  # records are coming: they show holes themselves
             async with batch.lock:
                 try:
-                    await continuity.when_idle(topics)
+                    await continuity.when_idle(topics, acked=not batch.events)
                 except Exception as exc:  # DroppedRecords: a restart re-reads from the committed offset
                     self.stop.arm(f"{type(exc).__name__}: {exc}")
                     await self.app.crash(exc)

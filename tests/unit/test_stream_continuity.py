@@ -230,3 +230,29 @@ def test_r7_3_a_partition_nothing_was_read_of_since_assignment_is_checked_from_i
         assert app.consumer.seeks == [143]  # from the committed offset, not from 144 (the last generation's)
 
     asyncio.run(run())
+
+
+def test_r7_3_a_committed_offset_that_stays_behind_acknowledged_records_is_said_once(caplog) -> None:
+    import asyncio
+    import logging
+
+    from app.stream.continuity import LAG_CHECKS, Continuity
+
+    app = _FakeApp()
+    tp = _message(0).tp
+    continuity = Continuity(app, "pods_stage", _FakeCommitted(140))
+    app.consumer.positions[tp] = 143
+
+    async def run() -> None:
+        for offset in (140, 141, 142):
+            assert await continuity.check(_message(offset))
+        for _ in range(LAG_CHECKS + 3):
+            await continuity.when_idle({tp.topic}, acked=False)  # a batch unwritten: no commit yet
+        for _ in range(LAG_CHECKS + 3):
+            await continuity.when_idle({tp.topic}, acked=True)
+
+    with caplog.at_level(logging.WARNING, logger="faultline.stream"):
+        asyncio.run(run())
+    said = [r.getMessage() for r in caplog.records if "committed offset" in r.getMessage()]
+    assert said == [f"pods_stage: records {tp.topic}[2] up to 142 are acknowledged but the group's committed offset has stayed at 140 for 15 s"]
+    assert app.consumer.seeks == []  # a diagnosis: nothing is fetched again
