@@ -4,7 +4,9 @@ Faust (0.15) can drop records it had already fetched and rely on a seek back to 
 committed offset to deliver them again (`faust_fixes` closes the case seen here). A stage
 that folded a later record first would record its position, and the dropped one,
 redelivered after a restart, would be skipped as already applied. So every agent checks
-that it sees each offset of each input partition in order, and a hole stops the worker.
+that it sees each offset of each input partition in order: a hole is fetched again
+(`faust_fixes.rewind`), an idle agent looks for one at a partition's end, and a hole that
+keeps coming back stops the worker, whose restart re-reads from the committed offset.
 """
 
 from __future__ import annotations
@@ -70,9 +72,10 @@ class Continuity:
     here). Processing a later record first would record its position, and the dropped
     one, redelivered later, would be skipped as already applied. So a hole makes the agent
     skip what is past it and fetch the partition again from the first missing offset
-    (`faust_fixes.rewind`); should the hole come back `MAX_REWINDS` times in a row, it stops
-    the worker (the agents run under `CrashingSupervisor`), whose restart re-reads from the
-    last committed offset, never past an unprocessed record.
+    (`faust_fixes.rewind`; an idle agent also looks, `when_idle`); should the hole come
+    back `MAX_REWINDS` times in a row, it stops the worker (the agents run under
+    `CrashingSupervisor`), whose restart re-reads from the last committed offset, never
+    past an unprocessed record.
     """
 
     def __init__(self, app: faust.App, agent: str, committed: CommittedOffsets) -> None:
@@ -116,8 +119,10 @@ class Continuity:
         - a hole at a partition's end: the consumer has fetched past the next offset this
           agent expects and nothing of that partition came, at two checks in a row. Faust
           drops fetched records around a rebalance and relies on its seek back to the
-          committed offset; when that fails, no later record comes to show the hole (a
-          source topic at its end), and the partition stayed uncommitted for good."""
+          committed offset; should that not take, no later record comes to show the hole
+          (a source topic at its end). The likely cause of a CI stall where a partition
+          stayed uncommitted with no hole logged; the check fired in a loaded test run;
+        - a committed offset behind acknowledged records for a while is logged (a diagnosis)."""
         flow = getattr(self.app, "flow_control", None)
         if flow is not None and not flow.is_active():
             return  # a rebalance under way
@@ -143,7 +148,8 @@ class Continuity:
 
     def _start_over_after_a_rebalance(self) -> None:
         if self.app.consumer_generation_id != self.generation:
-            self.generation, self.next, self.rewinding, self.skipped, self.rewinds = self.app.consumer_generation_id, {}, {}, {}, {}
+            self.generation = self.app.consumer_generation_id
+            self.next, self.rewinding, self.skipped, self.rewinds = {}, {}, {}, {}
             self.rewound_at, self.fetched_past, self.commit_lag = {}, {}, {}
 
     async def _note_commit_lag(self, tp: Any, expected: int) -> None:
@@ -190,11 +196,14 @@ class Continuity:
         rewinds = self.rewinds.get(tp, 0) + 1
         if rewinds > MAX_REWINDS:
             log.error(
-                "%s: records %s[%d] from %d %s, after %d rewinds; stopping so that a restart re-reads them from the committed offset",
+                "%s: records %s[%d] from %d %s, after %d rewinds; "
+                "stopping so that a restart re-reads them from the committed offset",
                 self.agent, tp.topic, tp.partition, expected, why, MAX_REWINDS,
             )
             raise DroppedRecords(f"{tp.topic}[{tp.partition}]: offsets {expected}..{seen - 1} never reached {self.agent}")
-        log.warning("%s: records %s[%d] %d..%d %s; fetching them again", self.agent, tp.topic, tp.partition, expected, seen - 1, why)
+        log.warning(
+            "%s: records %s[%d] %d..%d %s; fetching them again", self.agent, tp.topic, tp.partition, expected, seen - 1, why
+        )
         self.rewinds[tp] = rewinds
         self.rewinding[tp] = expected
         self.rewound_at[tp] = time.monotonic()
