@@ -83,7 +83,7 @@ class Batch:
             await asyncio.gather(*self.sends)
             self.sends.clear()
         if self.table is not None:
-            self.table.flush()
+            await self.table.flush()
         for event in self.events:
             await self.stream.ack(event)
         self.events.clear()

@@ -11,11 +11,12 @@ fast partition expire the state of a slow one before that one's own records arri
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import zlib
 from collections.abc import Callable
 from datetime import datetime
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import faust
 import msgspec
@@ -119,15 +120,35 @@ class StateTable(Generic[S]):
     def _load(self, raw: bytes) -> Entry[S]:
         return self._decoder.decode(zlib.decompress(raw) if self._compressed else raw)
 
-    def flush(self) -> int:
-        """Write every held value to the store and its changelog partition."""
+    async def flush(self) -> int:
+        """Write every held value to the store and send it to its changelog partition.
+
+        The changelog records go straight to the producer, as Faust's own table write
+        would send them but without its producer buffer: that buffer sends one record
+        per turn of the event loop, and while it holds more than 100 Faust stops handing
+        records to every agent, so each batch of state writes stalled the whole worker
+        (at 2,000 records/s offered most of a verdict's latency). They are sent before
+        the batch's events are acked, and Faust flushes the producer before it commits
+        an offset, so a committed record's state is in the changelog as before."""
         written = len(self.pending)
+        store, send = self.table.data, self.table.app.producer.send
+        topic = self.table.changelog_topic.get_topic_name()
         for raw_key, (event, raw) in self.pending.items():
+            partition = event.message.partition
             # Faust's stores pick the partition (RocksDB: one database each) from the current event.
             with as_current_event(event):
-                self.table[raw_key] = raw
+                store[raw_key] = raw
+            sent = await send(topic, raw_key, raw, partition, None, None)
+            sent.add_done_callback(self._persisted)
         self.pending.clear()
         return written
+
+    def _persisted(self, sent: asyncio.Future[Any]) -> None:
+        """What Faust's table does once a changelog record is written: the store keeps
+        the offset, so a restart recovers the changelog from there (RocksDB)."""
+        if not sent.cancelled() and sent.exception() is None:
+            metadata = sent.result()
+            self.table.data.set_persisted_offset(metadata.topic_partition, metadata.offset)
 
     def advance(self, partition: int, cluster: str, at: datetime) -> None:
         latest = self.latest.setdefault(partition, {})
