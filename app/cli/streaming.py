@@ -8,6 +8,7 @@ a command runs, after `need` has checked the install has them.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 import time
 from pathlib import Path
@@ -72,6 +73,7 @@ def run_worker(args: argparse.Namespace) -> int:
         check_topics(settings)
     except TopicError as exc:
         raise CommandError(str(exc)) from None
+    use_event_loop(settings.event_loop)
     from app.stream.app import build_app, run_worker as run  # imports Faust: only here
     from app.web.faust_mount import mount
 
@@ -80,6 +82,20 @@ def run_worker(args: argparse.Namespace) -> int:
         mount(app, fleet)  # the fleet page under /fleet/, Prometheus /metrics
     print(f"faultline: worker {settings.app_id} with rules {rules.version}", file=sys.stderr, flush=True)
     return run(app, stages, settings)
+
+
+def use_event_loop(name: str) -> None:
+    """The worker's event loop, chosen before Faust creates it (setting event_loop)."""
+    if name != "uvloop":
+        return
+    try:
+        import uvloop
+    except ImportError:
+        raise CommandError(
+            "event_loop is 'uvloop' but uvloop is not installed: pip install -e '.[stream]' "
+            "(or --event-loop asyncio / FAULTLINE_EVENT_LOOP=asyncio where uvloop does not build)"
+        ) from None
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
 class _Change(msgspec.Struct):
