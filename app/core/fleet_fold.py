@@ -350,9 +350,9 @@ def _hit(state: SourceStats, hit: Hit, now: datetime, fleet: FleetSettings) -> t
 
 
 def _candidate_since(hits: tuple[Hit, ...], fleet: FleetSettings) -> datetime | None:
-    n = fleet.threshold
+    n, window = fleet.threshold, fleet.window
     for i in range(n - 1, len(hits)):
-        if hits[i].at - hits[i - n + 1].at < fleet.window:
+        if hits[i].at - hits[i - n + 1].at < window:
             return hits[i].at
     return None
 
@@ -362,7 +362,8 @@ def candidate_key(scope: Scope, cluster: str, node: str, gpu: str) -> str:
 
 
 def _quarantine(state: SourceStats, what: CandidateState, at: datetime, now: datetime, fleet: FleetSettings) -> Emit:
-    counted = [h for h in state.hits if h.at > min(at, now) - fleet.window]
+    oldest = min(at, now) - fleet.window
+    counted = [h for h in state.hits if h.at > oldest]
     key = candidate_key(state.scope, state.cluster, state.node, state.gpu)
     record = QuarantineCandidate(
         key=key,
@@ -388,12 +389,13 @@ def _slide(state: SourceStats, now: datetime, fleet: FleetSettings) -> tuple[Sou
     counted fault left it — and forget faults out of the window."""
     out: list[Emit] = []
     window, n = fleet.window, fleet.threshold
-    if state.candidate_since is not None and sum(1 for h in state.hits if h.at > now - window) < n:
+    oldest = now - window
+    if state.candidate_since is not None and sum(1 for h in state.hits if h.at > oldest) < n:
         at = state.hits[-n].at + window
         cleared = msgspec.structs.replace(state, hits=tuple(h for h in state.hits if h.at > at - window))
         out.append(_quarantine(cleared, "cleared", at, at, fleet))
         state = msgspec.structs.replace(state, candidate_since=None)
-    kept = tuple(h for h in state.hits if h.at > now - window) if state.candidate_since is None else state.hits
+    kept = tuple(h for h in state.hits if h.at > oldest) if state.candidate_since is None else state.hits
     if kept != state.hits:
         state = msgspec.structs.replace(state, hits=kept)
     return state, out
