@@ -99,6 +99,7 @@ class SourceStats(msgspec.Struct, frozen=True, gc=False, tag="source"):
     latest: datetime = _EPOCH  # the latest record time folded in (stream time without progress)
     hits: tuple[Hit, ...] = ()  # by (at, fault): the newest HITS_KEPT critical faults in the window
     candidate_since: datetime | None = None
+    reported: int = 0  # the faults its latest candidate record counted (0: none since it became one)
 
     @property
     def scope(self) -> Scope:
@@ -270,8 +271,13 @@ def _on_fault(state: SourceStats | None, change: FaultChange, fleet: FleetSettin
     before, after = change.before, change.after
     if after.severity == "CRITICAL" and (before is None or before.first_seen != after.first_seen):
         state, became = _hit(state, Hit(after.first_seen, change.fault, fault_label(after.kind, after.code)), now, fleet)
-        if became or state.candidate_since is not None:
-            out.append(_quarantine(state, "candidate", state.candidate_since or after.first_seen, now, fleet))
+        if state.candidate_since is not None:
+            record = _quarantine(state, "candidate", state.candidate_since, now, fleet)
+            # Reported with each fault up to twice the threshold, then each time its count
+            # doubles: a consumer sees the escalation, not a record per fault of a storm.
+            if became or record.faults <= 2 * fleet.threshold or record.faults >= 2 * state.reported:
+                out.append(Emit(QUARANTINE_CANDIDATES, record.key, record))
+                state = msgspec.structs.replace(state, reported=record.faults)
     return state, out
 
 
@@ -361,11 +367,11 @@ def candidate_key(scope: Scope, cluster: str, node: str, gpu: str) -> str:
     return f"{cluster}/node/{node}" if scope == "node" else f"{cluster}/gpu/{node}/{gpu}"
 
 
-def _quarantine(state: SourceStats, what: CandidateState, at: datetime, now: datetime, fleet: FleetSettings) -> Emit:
+def _quarantine(state: SourceStats, what: CandidateState, at: datetime, now: datetime, fleet: FleetSettings) -> QuarantineCandidate:
     oldest = min(at, now) - fleet.window
     counted = [h for h in state.hits if h.at > oldest]
     key = candidate_key(state.scope, state.cluster, state.node, state.gpu)
-    record = QuarantineCandidate(
+    return QuarantineCandidate(
         key=key,
         cluster=state.cluster,
         scope=state.scope,
@@ -381,7 +387,6 @@ def _quarantine(state: SourceStats, what: CandidateState, at: datetime, now: dat
         fault_keys=[h.fault for h in counted],
         codes=[h.label for h in counted],
     )
-    return Emit(QUARANTINE_CANDIDATES, key, record)
 
 
 def _slide(state: SourceStats, now: datetime, fleet: FleetSettings) -> tuple[SourceStats, list[Emit]]:
@@ -393,8 +398,9 @@ def _slide(state: SourceStats, now: datetime, fleet: FleetSettings) -> tuple[Sou
     if state.candidate_since is not None and sum(1 for h in state.hits if h.at > oldest) < n:
         at = state.hits[-n].at + window
         cleared = msgspec.structs.replace(state, hits=tuple(h for h in state.hits if h.at > at - window))
-        out.append(_quarantine(cleared, "cleared", at, at, fleet))
-        state = msgspec.structs.replace(state, candidate_since=None)
+        record = _quarantine(cleared, "cleared", at, at, fleet)
+        out.append(Emit(QUARANTINE_CANDIDATES, record.key, record))
+        state = msgspec.structs.replace(state, candidate_since=None, reported=0)
     kept = tuple(h for h in state.hits if h.at > oldest) if state.candidate_since is None else state.hits
     if kept != state.hits:
         state = msgspec.structs.replace(state, hits=kept)

@@ -84,9 +84,11 @@ class QuarantineCandidate(_Record, tag="faultline.QuarantineCandidate/v1", tag_f
     """`faultline.quarantine-candidates`, key `<cluster>/node/<node>` or
     `<cluster>/gpu/<node>/<gpu>`: a node or GPU with at least `threshold` distinct critical
     faults first seen within `window_seconds`. One record when it becomes a candidate
-    (`at` = the first_seen of the fault that made it one) and one when it stops (`at` =
-    the moment, in stream time, the window slid past). `fault_keys` are the counted
-    faults (`faultline.faults` keys) inside the window at `at`."""
+    (`at` = the first_seen of the fault that made it one), again with each fault it
+    counts up to twice `threshold` and then each time its count doubles, and one when it
+    stops (`at` = the moment, in stream time, the window slid past). `faults`,
+    `fault_keys` (`faultline.faults` keys) and `codes`: what it counted in the window when
+    the record was written."""
 
     key: str
     cluster: str

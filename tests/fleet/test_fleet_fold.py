@@ -189,12 +189,27 @@ def test_quarantine_stays_while_newer_faults_keep_the_count_up() -> None:
     assert [(r.state, r.at) for r in quarantine(out)] == [("cleared", T0 + hours(25))] * 2
 
 
+def test_a_candidate_in_a_fault_storm_is_reported_as_it_escalates_not_per_fault() -> None:
+    """Each counted fault up to twice the threshold, then each doubling: 30 faults, 8 records."""
+    _, out = run([fault(f"ev-{i:02}", first_seen=T0 + minutes(i)) for i in range(30)])
+    node = [r for r in quarantine(out) if r.scope == "node"]
+    assert [r.faults for r in node] == [3, 4, 5, 6, 12, 24]
+    assert node[-1].fault_keys == [f"prod-a/ev-{i:02}" for i in range(24)]  # all it counted when reported
+    assert {r.at for r in node} == {T0 + minutes(2)}
+
+
 def test_quarantine_becomes_a_candidate_again_after_clearing() -> None:
     _, out = run([
         *(fault(f"ev-{i}", first_seen=T0 + minutes(i)) for i in range(3)),
         *(fault(f"ev-{i}", first_seen=T0 + hours(30) + minutes(i)) for i in range(3, 6)),
     ])
     assert [r.state for r in quarantine(out) if r.scope == "node"] == ["candidate", "cleared", "candidate"]
+    _, out = run([fault(f"ev-{i:02}", first_seen=T0 + minutes(i)) for i in range(12)] + [
+        verdict("other", failed_at=T0 + hours(30)),
+        *(fault(f"ev-{i}", first_seen=T0 + hours(30) + minutes(i)) for i in range(12, 16)),
+    ])
+    reported = [(r.state, r.faults) for r in quarantine(out) if r.scope == "node"]
+    assert reported == [("candidate", n) for n in (3, 4, 5, 6, 12)] + [("cleared", 2), ("candidate", 3), ("candidate", 4)]
 
 
 def test_quarantine_threshold_and_window_are_settings() -> None:
