@@ -71,7 +71,9 @@ def build_app(settings: Settings, rules: Rules = DEFAULT_RULES) -> tuple[faust.A
     hold_read_offsets_on_rewind(app)
     stages = Stages(app, settings, rules)
     view = FleetReadModel(stages, settings, rules, fleet)
-    if settings.fleet_stage:
+    if settings.fleet_stage and settings.web_port != 0:
+        # Only the web surface reads the view: a worker without one does not read every
+        # derived record and verdict into it (the live benchmark's workers run so).
         app.add_dependency(view)
     return app, stages, view
 
