@@ -66,7 +66,7 @@ def build_app(settings: Settings, rules: Rules = DEFAULT_RULES) -> tuple[faust.A
         web_graph_enabled=settings.web_faust_routes,
         autodiscover=False,
     )
-    short_fetch_wait_between_rebalances(app, settings.fetch_wait_ms)
+    short_fetch_wait_between_rebalances(app, settings.fetch_wait_ms, settings.fetch_min_bytes)
     without_per_event_monitor(app)
     hold_read_offsets_on_rewind(app)
     stages = Stages(app, settings, rules)

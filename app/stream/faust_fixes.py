@@ -84,9 +84,13 @@ def forget_unacked(app: Any, events: Iterable[EventT]) -> None:
 FAUST_FETCH_WAIT_MS = 1500  # what Faust gives aiokafka's fetch_max_wait_ms
 
 
-def short_fetch_wait_between_rebalances(app: Any, wait_ms: int) -> None:
-    """4. Hold fetches for at most `wait_ms` while processing, Faust's 1500 ms while a
-    rebalance (and the start-up's) is under way.
+FAUST_FETCH_MIN_BYTES = 1  # aiokafka's fetch_min_bytes: Faust does not set it
+
+
+def short_fetch_wait_between_rebalances(app: Any, wait_ms: int, min_bytes: int = FAUST_FETCH_MIN_BYTES) -> None:
+    """4. Hold fetches for at most `wait_ms` (answered early once `min_bytes` are there)
+    while processing, Faust's 1500 ms (answered at the first byte) while a rebalance (and
+    the start-up's) is under way.
 
     aiokafka keeps one fetch request in flight per broker; when it asks for partitions
     with nothing new (a caught-up re-key topic, an idle output topic), the broker holds it
@@ -98,21 +102,21 @@ def short_fetch_wait_between_rebalances(app: Any, wait_ms: int) -> None:
     with Faust's wait during rebalances, 0 in 10. The fetcher reads the value for each
     request it builds."""
 
-    def set_wait(ms: int) -> None:
+    def set_wait(ms: int, least: int) -> None:
         consumer = getattr(getattr(app.consumer, "_thread", None), "_consumer", None)
         fetcher = getattr(consumer, "_fetcher", None)
         if fetcher is not None:
-            fetcher._fetch_max_wait_ms = ms
+            fetcher._fetch_max_wait_ms, fetcher._fetch_min_bytes = ms, least
 
     start, end = app.on_rebalance_start, app.on_rebalance_end
 
     def on_rebalance_start() -> None:
-        set_wait(FAUST_FETCH_WAIT_MS)
+        set_wait(FAUST_FETCH_WAIT_MS, FAUST_FETCH_MIN_BYTES)
         start()
 
     def on_rebalance_end() -> None:
         end()
-        set_wait(wait_ms)
+        set_wait(wait_ms, min_bytes)
 
     app.on_rebalance_start, app.on_rebalance_end = on_rebalance_start, on_rebalance_end
 
