@@ -190,7 +190,7 @@ def test_quarantine_stays_while_newer_faults_keep_the_count_up() -> None:
 
 
 def test_a_candidate_in_a_fault_storm_is_reported_as_it_escalates_not_per_fault() -> None:
-    """Each counted fault up to twice the threshold, then each doubling: 30 faults, 8 records."""
+    """Each counted fault up to twice the threshold, then each doubling: 30 faults, 6 node records."""
     _, out = run([fault(f"ev-{i:02}", first_seen=T0 + minutes(i)) for i in range(30)])
     node = [r for r in quarantine(out) if r.scope == "node"]
     assert [r.faults for r in node] == [3, 4, 5, 6, 12, 24]

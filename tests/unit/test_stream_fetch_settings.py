@@ -27,6 +27,18 @@ def test_fetches_wait_for_the_settings_bytes_between_rebalances_and_for_nothing_
     assert calls == ["start", "end"]  # Faust's own handlers still run
 
 
+def test_the_fetcher_attributes_set_are_the_ones_aiokafka_reads_for_each_request() -> None:
+    """The settings are set on aiokafka's fetcher by name; a renamed attribute would make
+    them do nothing without an error."""
+    import inspect
+
+    from aiokafka.consumer.fetcher import Fetcher
+
+    source = inspect.getsource(Fetcher)
+    for name in ("_fetch_max_wait_ms", "_fetch_min_bytes"):
+        assert f"self.{name} = " in source and source.count(f"self.{name}") >= 2, name  # set, then read
+
+
 def test_fetch_min_bytes_is_a_worker_setting_with_limits() -> None:
     from app.settings import Settings, SettingsError, load
 
