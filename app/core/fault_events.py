@@ -66,7 +66,12 @@ def _timing(event: Event, observed_at: datetime) -> tuple[datetime, datetime, in
     series = event.series
     last = (series.last_observed_time if series else None) or event.last_timestamp or event.deprecated_last_timestamp or first
     count = (series.count if series else None) or event.count or event.deprecated_count or 1
-    return min(first, observed_at), min(max(first, last), observed_at), count
+    # R5.3: a last time before the first is kept as written: such an interval explains
+    # nothing (`relevance.is_relevant`); taking the later of the two would turn it into a
+    # point fault at first_seen. Each time is capped on its own (R2.7c), which keeps the
+    # order of two times the bridge's clock had passed; an Event whose times both lie ahead
+    # of it is a point at `observed_at`, like any Event dated ahead of the bridge.
+    return min(first, observed_at), min(last, observed_at), count
 
 
 def fault_event_of(event: Event, observed_at: datetime, table: XidTable = DEFAULT_XID_TABLE) -> FaultEvent | None:

@@ -18,7 +18,7 @@ from tests.unit.builders import (
     ts,
     updated,
 )
-from tests.unit.scenario import only_verdict
+from tests.unit.scenario import faults, only_verdict
 
 pytestmark = pytest.mark.usefixtures("driver")  # every rule through every driver
 
@@ -146,6 +146,40 @@ def test_r5_3_window_edge_is_inclusive():
 
 def test_r5_3_fault_whose_interval_ends_before_it_starts_is_ignored():
     assert not classified(pod_task(T0, fault_last=T0 - minutes(60)))  # S31
+
+
+def _seen_at(records, observed):
+    """`records` (a `pod_task`) with its fault Event seen by the bridge at `observed`."""
+    ev = dict(records[1])
+    ev["value"] = dict(ev["value"], observed_at=ts(observed))
+    return [records[0], ev, *records[2:]]
+
+
+def test_r5_3_inverted_interval_explains_nothing_even_when_its_start_is_in_the_window():
+    # lastTimestamp before firstTimestamp, both inside the window: taking the later of the
+    # two as last_seen would make it a point fault at T0-5m that explains the failure.
+    records = _seen_at(pod_task(T0 - minutes(5), fault_last=T0 - minutes(10)), T0 - minutes(4))
+    assert not classified(records)
+    # It is still a fault (R2.6), published with its times as written.
+    (fault,) = faults(records)
+    assert (fault.fault.first_seen, fault.fault.last_seen) == (T0 - minutes(5), T0 - minutes(10))
+    # The same Event with its times in order explains it.
+    assert classified(_seen_at(pod_task(T0 - minutes(10), fault_last=T0 - minutes(5)), T0 - minutes(4)))
+
+
+def test_r5_3_inverted_interval_keeps_its_order_under_the_bridge_clock_cap():
+    # R2.7c caps each time at observed_at. Seen between its two times, the Event's first
+    # time is capped and its last is not: still inverted, still explains nothing.
+    records = _seen_at(pod_task(T0 + minutes(1), fault_last=T0 - minutes(10)), T0 - minutes(4))
+    (fault,) = faults(records)
+    assert (fault.fault.first_seen, fault.fault.last_seen) == (T0 - minutes(4), T0 - minutes(10))
+    assert not classified(records)
+    # Both times ahead of the bridge's clock: neither is believed, the Event is a point at
+    # observed_at like any Event dated ahead of the bridge (R2.7c), and explains as one.
+    records = _seen_at(pod_task(T0 + minutes(60), fault_last=T0 + minutes(30)), T0 - minutes(4))
+    (fault,) = faults(records)
+    assert fault.fault.first_seen == fault.fault.last_seen == T0 - minutes(4)
+    assert classified(records)
 
 
 def test_r5_3_window_is_measured_from_the_failure_not_processing_time():
