@@ -17,7 +17,6 @@ from urllib.parse import urlsplit
 
 import orjson
 import urllib3
-import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -30,6 +29,7 @@ from app.bridge.errors import (
     Unauthorized,
     Unreachable,
 )
+from app.bridge.kubeconfig import file_problem
 from app.bridge.records import Page
 from app.bridge.resources import Kind
 
@@ -54,6 +54,7 @@ def api_client(kubeconfig: str = "", context: str = "", connections: int = 16) -
     in_cluster = not kubeconfig and "KUBERNETES_SERVICE_HOST" in os.environ
     if not in_cluster:
         _check_kubeconfig_exists(kubeconfig)
+        _check_kubeconfig_shape(kubeconfig)
     try:
         if in_cluster:
             config.load_incluster_config(client_configuration=configuration)
@@ -64,11 +65,6 @@ def api_client(kubeconfig: str = "", context: str = "", connections: int = 16) -
                 client_configuration=configuration,
                 persist_config=False,
             )
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        line = f" (line {where.line + 1}, column {where.column + 1})" if where is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise BridgeError(f"the kubeconfig {_kubeconfig_source(kubeconfig)} is not valid YAML{line}: {problem}; fix the file or {KUBECONFIG_FIX}") from None
     except (config.ConfigException, OSError, TypeError, ValueError, AttributeError, KeyError) as exc:
         source = "the in-cluster service account" if in_cluster else _kubeconfig_source(kubeconfig)
         detail = str(exc) or type(exc).__name__
@@ -84,6 +80,26 @@ def api_client(kubeconfig: str = "", context: str = "", connections: int = 16) -
 
 def _kubeconfig_source(kubeconfig: str) -> str:
     return kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+
+
+def _kubeconfig_files(kubeconfig: str) -> list[Path]:
+    """The files the client will read: the given one, else those of $KUBECONFIG that
+    exist, else ~/.kube/config."""
+    if kubeconfig:
+        return [Path(kubeconfig)]
+    paths = [Path(p).expanduser() for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    if paths:
+        return [p for p in paths if p.is_file()]
+    return [Path("~/.kube/config").expanduser()]
+
+
+def _check_kubeconfig_shape(kubeconfig: str) -> None:
+    """A file that is not YAML, or YAML of another shape, is named with what is wrong
+    (the client's own errors are a TypeError deep inside it)."""
+    for path in _kubeconfig_files(kubeconfig):
+        problem = file_problem(path)
+        if problem is not None:
+            raise BridgeError(f"the kubeconfig {path} {problem}; fix the file or {KUBECONFIG_FIX}")
 
 
 def _check_kubeconfig_exists(kubeconfig: str) -> None:

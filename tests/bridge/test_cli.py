@@ -13,6 +13,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import orjson
+import pytest
 
 from app.cli import bridge as bridge_cli
 from app.cli import main as cli_main
@@ -190,6 +191,28 @@ def test_a_kubeconfig_that_is_not_yaml_is_an_error_not_a_traceback(tmp_path, cap
     assert cli_main(["record", "--kubeconfig", str(bad), "--cluster", "c", "--out", str(tmp_path / "t.jsonl")]) == 1
     err = capsys.readouterr().err
     assert f"the kubeconfig {bad} is not valid YAML (line" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("this is not a kubeconfig\n", "is not a kubeconfig: its YAML is a string (line 1), not a mapping"),
+        ("- name: c\n", "is not a kubeconfig: its YAML is a list (line 1), not a mapping"),
+        ("apiVersion: v1\nclusters: prod\n", "`clusters` (line 2) is a string, not a list"),
+        ("clusters:\n- cluster: {server: https://h}\n", "`clusters[0]` (line 2) has no `name`"),
+        ("", "is empty"),
+    ],
+    ids=["text", "list", "clusters-a-string", "no-name", "empty"],
+)
+def test_a_kubeconfig_of_the_wrong_shape_names_the_file_what_is_wrong_and_the_fix(tmp_path, capsys, text, said):
+    """Issue 29 item 8: the client's own error was `'str' object does not support item assignment`."""
+    bad = tmp_path / "kubeconfig"
+    bad.write_text(text)
+    assert cli_main(["run", "--kubeconfig", str(bad), "--cluster", "c", "--state", str(tmp_path / "state")]) == 1
+    err = capsys.readouterr().err
+    assert f"the kubeconfig {bad} " in err and said in err, err
+    assert "kubectl config view --raw" in err and "--kubeconfig FILE" in err
+    assert "Traceback" not in err and "item assignment" not in err
 
 
 def test_an_api_server_host_that_does_not_resolve_fails_at_once(tmp_path, capsys):
