@@ -1,4 +1,4 @@
-"""The cost of `faultline run`'s event log (app/cli/event_log.py) and of its fsync policy.
+"""The cost of `faultline run`'s event log (app/embedded/event_log.py) and of its fsync policy.
 
     python -m bench.run_log [--records N] [--dir DIR] [--smoke]
 
@@ -32,7 +32,7 @@ from pathlib import Path
 import orjson
 
 from app.bridge.sinks import trace_line
-from app.cli.event_log import EventLog
+from app.embedded.event_log import EventLog
 from app.replay.pipeline import Pipeline
 from app.replay.trace import feed_line
 from bench.tracegen import generate

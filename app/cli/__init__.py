@@ -7,6 +7,7 @@ install (`app.cli.common.need`), so the parser itself imports no optional librar
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -33,6 +34,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.run(args) or 0)
     except CommandError as exc:
         return fail(str(exc), exc.code)
+    except BrokenPipeError:  # `faultline classify T | head`: the reader stopped reading, which is no error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the flush at exit must not fail either
+        return 0
 
 
 if __name__ == "__main__":

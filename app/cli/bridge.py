@@ -23,15 +23,16 @@ from app.bridge import settings as bridge_settings_mod
 from app.bridge.errors import BridgeError
 from app.bridge.positions import MemoryPositions
 from app.bridge.settings import BridgeSettings
-from app.cli import render
 from app.cli.common import KAFKA as KAFKA_CONNECTION
 from app.cli.common import fail as _fail
-from app.cli.common import need
+from app.cli.common import add_rules_option, need, rules_from_args
+from app.cli.live_output import LivePrinter
 from app.cli.settings_flags import settings_flags
 from app.settings import SettingsError
 
 if TYPE_CHECKING:
-    from app.cli.run_state import RunState
+    from app.core.rules import Rules
+    from app.embedded.run_state import RunState
 
 KAFKA = [*KAFKA_CONNECTION, "replication", "log_level"]
 LOGGING = ["log_level"]
@@ -92,6 +93,7 @@ def register(commands: argparse._SubParsersAction) -> None:
         "outputs of the whole event log, then the live ones",
     )
     _stop_flags(p)
+    add_rules_option(p)  # `run` applies the rules in this process: it reads a rule file as every command does
     p.set_defaults(run=run_live, kafka_names=LOGGING, watch_names=WATCH_RUN)
 
 
@@ -152,8 +154,9 @@ def _watch(sink: Any, watch: BridgeSettings, duration: float | None = None, max_
     stop = threading.Event()
     restore = _on_signals(stop, not isinstance(sink.positions, MemoryPositions))
     started = time.monotonic()
+    bridge = Bridge(api, sink, watch)
     try:
-        stats = Bridge(api, sink, watch).run(stop, duration=duration, max_records=max_records)
+        stats = bridge.run(stop, duration=duration, max_records=max_records)
     except BridgeError as exc:
         return _fail(str(exc))
     except KeyboardInterrupt:
@@ -163,9 +166,22 @@ def _watch(sink: Any, watch: BridgeSettings, duration: float | None = None, max_
         if owned:
             api.close()
     elapsed = time.monotonic() - started
+    if not any(_reached(w) for w in bridge.watches):
+        why = "stopped by a signal" if stop.is_set() else f"--duration {duration:g}s ran out" if duration is not None else "stopped"
+        return _fail(
+            f"no watch ever reached the API server ({why} after {elapsed:.0f}s; the warnings above say why each request "
+            "failed): nothing was read. Check that the API server is up and reachable from here (the server address and "
+            "credentials in the kubeconfig, --context), then run again"
+        )
     topics = ", ".join(f"{topic} {n}" for topic, n in sorted(stats.by_topic.items())) or "none"
     log.info("%d records in %.1fs (%s); %d gap(s), %d progress record(s)", stats.records, elapsed, topics, stats.gaps, stats.progress)
     return 0
+
+
+def _reached(watch: Any) -> bool:
+    """Did the API server ever answer this watch (a list, a watch, or that its kind is
+    not served)? A stop before any did means nothing was read, not "0 records"."""
+    return any(watch.counts[what] for what in ("listed", "watches", "absent_checks", "published"))
 
 
 def run_bridge(args: argparse.Namespace) -> int:
@@ -219,57 +235,17 @@ def run_record(args: argparse.Namespace) -> int:
     return code
 
 
-class LivePrinter:
-    """Prints each verdict and gang transition as it comes, in the columns of `classify`
-    (render.py); writes every output record to `out` when given (the `replay` format)."""
-
-    def __init__(self, stdout: IO[str], out: IO[bytes] | None) -> None:
-        from app.replay.trace import encode_output
-
-        self._stdout, self._out, self._encode = stdout, out, encode_output
-        self._verdicts = render.Columns(render.VERDICT_HEADER, render.VERDICT_MINIMUM)
-        self._transitions = render.Columns(render.TRANSITION_HEADER, render.TRANSITION_MINIMUM)
-        self.verdicts = 0
-        self.transitions = 0
-
-    def __call__(self, emit: Any) -> None:
-        self.keep(emit)
-        self.show(emit)
-
-    def keep(self, emit: Any) -> None:
-        """Write to `out` only (an output of the replayed log, printed by an earlier run)."""
-        if self._out is not None:
-            self._out.write(self._encode(emit) + b"\n")
-            self._out.flush()  # a reader may follow the file while the run goes on
-
-    def show(self, emit: Any) -> None:
-        from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, GANG_TRANSITIONS
-
-        if emit.topic == CLASSIFIED_FAILURES:
-            head = [self._verdicts.head()] if not self.verdicts else []
-            self.verdicts += 1
-            self._print(head + render.verdict_lines(emit.value, self._verdicts))
-        elif emit.topic == GANG_TRANSITIONS:
-            head = ["GANG TRANSITIONS", self._transitions.head()] if not self.transitions else []
-            self.transitions += 1
-            self._print(head + [render.transition_line(emit.value, self._transitions)])
-        elif emit.topic == DEAD_LETTER:
-            print(f"faultline: a record could not be read and was skipped ({emit.value.reason})", file=sys.stderr)
-
-    def _print(self, lines: list[str]) -> None:
-        self._stdout.write("\n".join(lines) + "\n")
-        self._stdout.flush()
-
-
 def run_live(args: argparse.Namespace) -> int:
     need("run", "bridge", "kubernetes")
     try:
         kafka, watch = _load(args)
     except SettingsError as exc:
         return _fail(str(exc), 2)
+    rules = rules_from_args(args)  # a bad rule file: exit 2 naming it, before anything starts
     _setup_logging(kafka.log_level)
-    from app.cli.event_log import LogError
-    from app.cli.run_state import RunState, StateError, default_state_dir
+    from app.embedded.event_log import LogError
+    from app.embedded.run_state import RunState, StateError, default_state_dir
+    from app.replay.trace import encode_output
 
     try:
         api = _connect(watch)  # a kubeconfig problem is said before the log is replayed
@@ -286,10 +262,10 @@ def run_live(args: argparse.Namespace) -> int:
             try:
                 out = args.out.open("wb")
             except OSError as exc:
-                return _fail(f"cannot write the output file {args.out}: {exc}")
-        printer = LivePrinter(sys.stdout, out)
+                return _fail(f"cannot write the output file {args.out}: {exc.strerror or exc}; give --out a file you may write")
+        printer = LivePrinter(sys.stdout, out, encode_output)
         try:
-            code = _run_on(api, state, printer, watch, args)
+            code = _run_on(api, state, printer, rules, watch, args)
         except LogError as exc:
             return _fail(str(exc))
         except KeyboardInterrupt:  # Ctrl-C while the log is replayed (the watch handles its own)
@@ -304,46 +280,30 @@ def run_live(args: argparse.Namespace) -> int:
     return code
 
 
-def _run_on(api: Any, state: RunState, printer: LivePrinter, watch: BridgeSettings, args: argparse.Namespace) -> int:
+def _run_on(api: Any, state: RunState, printer: LivePrinter, rules: Rules, watch: BridgeSettings, args: argparse.Namespace) -> int:
     """Replay the event log (into --out; printed only what an earlier run had not printed
     yet), then watch from the saved positions."""
-    from app.cli.event_log import EventLog
-    from app.cli.pipeline_sink import PipelineSink
+    from app.embedded.pipeline_sink import PipelineSink
+    from app.embedded.resume import resume
     from app.replay.pipeline import Pipeline
-    from app.replay.trace import feed_line
 
-    pipeline = Pipeline()
-    event_log = EventLog(state.log_folder, pipeline.rules.retention)
-    delivered = state.delivered
-    replayed = 0
-    for index, line in event_log.lines():
-        replayed += 1
-        emits = feed_line(pipeline, index, line)
-        if index <= delivered.index:  # printed by an earlier run
-            for emit in emits:
-                printer.keep(emit)
-            continue
-        for emit in emits:  # a stop cut short the printing of what this line caused
-            printer(emit)
-        if emits:
-            delivered.mark(index)
-    event_log.retire()
+    pipeline = Pipeline(rules)
+    resumed = resume(state, pipeline, printer.keep, printer.show)
     if state.fresh:
         log.info("no saved state in %s: listing the cluster from scratch", state.folder)
         state.positions.where = None  # said here: the bridge need not say it again
     else:
-        oldest = event_log.oldest()
         log.info(
             "replayed %d record(s) from the event log in %s%s; resuming the watches from the saved positions",
-            replayed,
+            resumed.replayed,
             state.folder,
-            f" (observed since {oldest:%Y-%m-%d %H:%M:%S} UTC)" if oldest else "",
+            f" (observed since {resumed.oldest:%Y-%m-%d %H:%M:%S} UTC)" if resumed.oldest else "",
         )
-    sink = PipelineSink(pipeline, printer, event_log, state.positions, delivered.mark)
+    sink = PipelineSink(pipeline, printer.show, resumed.log, state.positions, state.delivered.mark)
     try:
         code = _watch(sink, watch, args.duration, args.max_records, api)
     finally:
         sink.close()
-    if event_log.skipped:
-        log.info("%d change(s) the watches sent again were in the event log already: not fed twice", event_log.skipped)
+    if resumed.log.skipped:
+        log.info("%d change(s) the watches sent again were in the event log already: not fed twice", resumed.log.skipped)
     return code

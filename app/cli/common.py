@@ -103,8 +103,10 @@ def rules_from_args(args: argparse.Namespace) -> Rules:
 def require_trace(path: Path) -> None:
     if path.is_dir():
         raise CommandError(f"{path} is a directory: give the path of a .jsonl trace file in it (e.g. {path / 'trace.jsonl'})", 2)
-    if not path.is_file():
+    if not path.exists():
         raise CommandError(f"trace file {path} does not exist: give the path of a .jsonl trace (examples/traces/ has some)", 2)
+    if path.is_char_device() or path.is_block_device():  # a pipe (`<(zcat t.jsonl.gz)`) is read as a file
+        raise CommandError(f"{path} is a device, not a trace file: give the path of a .jsonl trace (examples/traces/ has some)", 2)
 
 
 def open_out(path: Path) -> IO[bytes]:

@@ -1,6 +1,6 @@
 """The embedded mode's sink (`faultline run`): each source and progress record goes into
 the run's event log, then through the rules in this process at once. It is composed here,
-where the watch meets the pipeline, so that `app.bridge` imports neither `app.replay` nor
+where the watch meets the pipeline (the embedded driver's room), so that `app.bridge` imports neither `app.replay` nor
 `app.stream`."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from app.bridge.positions import PositionStore
 from app.bridge.records import BridgeGap, SourceRecord
-from app.cli.event_log import EventLog
+from app.embedded.event_log import EventLog
 from app.core.emit import Emit
 from app.replay.pipeline import Pipeline
 

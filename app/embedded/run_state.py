@@ -3,7 +3,7 @@
     DIR/lock            held (flock) while a run uses the folder; holds its pid
     DIR/positions.json  the cluster's name and each watch's position (app/bridge/positions.py)
     DIR/delivered       the index of the last log line whose outputs were all printed
-    DIR/log/            the event log (app/cli/event_log.py)
+    DIR/log/            the event log (app/embedded/event_log.py)
 
 Positions are replaced atomically (a new file, fsynced, renamed), and only after the log
 was synced past them (the bridge flushes its sink first): a position never runs ahead of
@@ -24,7 +24,7 @@ import msgspec
 
 from app.bridge.positions import position_key
 from app.bridge.records import BridgePosition
-from app.cli.event_log import LogError, sync_folder
+from app.embedded.event_log import LogError, sync_folder
 
 log = logging.getLogger("faultline.run")
 
@@ -101,6 +101,13 @@ class RunState:
     def __init__(self, folder: Path, cluster: str) -> None:
         self.folder = folder
         self.log_folder = folder / LOG
+        taken = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
+        if taken is not None:
+            raise StateError(
+                f"the state folder {folder} cannot be created: {taken} is a file, not a folder. Give --state a folder "
+                f"(it is created if missing), e.g. {folder.with_name(folder.name + '.state')}"
+                + ("" if taken == folder else f", or move {taken} away")
+            )
         try:
             # Private: the log holds objects as the API server served them (pod specs, with
             # any environment values written into them).

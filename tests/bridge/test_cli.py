@@ -4,6 +4,7 @@ written to a trace file or classified in this process."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -125,15 +126,15 @@ def test_run_classifies_live_and_prints_verdicts_as_they_come(kube, tmp_path, ca
     captured = capsys.readouterr()
     assert code == 0, captured.err
     lines = captured.out.splitlines()
-    header = next(line for line in lines if line.startswith("ATTEMPT "))
-    printed = [line for line in lines if line.startswith(CLUSTER + "/") and " -> " not in line]
+    [header] = [line for line in lines if line.startswith("WHAT ")]  # one header
+    printed = [line for line in lines if line.startswith(("verdict ", "revised "))]
     expected = final_verdicts(records)
     assert len(printed) >= 3
     for key, verdict in expected.items():
         live_key = CLUSTER + "/" + key.split("/", 1)[1]
-        assert any(line.split()[:3] == [live_key, verdict.code, verdict.kind] for line in printed), (live_key, printed)
-    # the columns of `classify`, aligned although printed one verdict at a time
-    assert {line.index(line.split()[1]) for line in printed} == {header.index("CODE")}
+        assert any(line.split()[1:4] == [live_key, verdict.code, verdict.kind] for line in printed), (live_key, printed)
+    # aligned under the header although printed one verdict at a time
+    assert {[m.start() for m in re.finditer(r"\S+", line)][2] for line in printed} == {header.index("CODE")}
     assert "Xid 74 CRITICAL gpu-17/gpu0" in captured.out
     assert "=None" not in captured.out and max(len(line) for line in lines) <= 200
     written = [orjson.loads(line) for line in out.read_bytes().splitlines()]

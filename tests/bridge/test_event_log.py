@@ -1,4 +1,4 @@
-"""The event log of `faultline run --state DIR` (app/cli/event_log.py): order, each change
+"""The event log of `faultline run --state DIR` (app/embedded/event_log.py): order, each change
 once, a torn tail, retention in stream time, a compaction cut short; and that it is a
 trace any rule set replays."""
 
@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
-from app.cli.event_log import EventLog
+from app.embedded.event_log import EventLog
 from app.core.rules import DEFAULT_RULES
 from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER
 from app.replay.pipeline import Pipeline
