@@ -8,7 +8,9 @@ how to fix it.
 
 (The rules the verdicts depend on are not settings of a process: they are
 `app.core.rules.Rules`, versioned with every verdict, SPEC R10. A worker only names the
-rule file it runs, the same file `faultline replay --rules` takes.)
+rule file it runs, the same file `faultline replay --rules` takes. The fleet settings are
+rules too, declared once in `app.core.rules.FleetSettings`; `fleet_settings` lays the
+ones a user set by flag or environment variable over a rule file's.)
 """
 
 from __future__ import annotations
@@ -183,19 +185,6 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             "of a group (their subscriptions must match); false saves its CPU where fleet health is not wanted",
         ),
     ] = True
-    quarantine_threshold: Annotated[
-        int, msgspec.Meta(ge=1, description="critical faults within quarantine_window that make a node or GPU a quarantine candidate")
-    ] = 3
-    quarantine_window: Annotated[
-        str,
-        msgspec.Meta(
-            pattern=r"^\s*\d+(\.\d+)?\s*[smhd]?\s*$",
-            description="stream time the quarantine count slides over: seconds, or a number with s, m, h or d (>= 60 s)",
-        ),
-    ] = "24h"
-    fleet_history_hours: Annotated[
-        int, msgspec.Meta(ge=1, le=24 * 90, description="hourly fleet buckets kept (stream time); at least quarantine_window")
-    ] = 48
     stop_timeout: Annotated[
         float,
         msgspec.Meta(
@@ -229,18 +218,6 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 
     def __post_init__(self) -> None:
         self._check_security()
-        window = parse_duration(self.quarantine_window)
-        if window < 60:
-            raise ValueError(
-                f"quarantine_window = {self.quarantine_window!r} is shorter than a minute: "
-                "fix --quarantine-window / FAULTLINE_QUARANTINE_WINDOW (e.g. 24h)"
-            )
-        if window > self.fleet_history_hours * 3600:
-            raise ValueError(
-                f"quarantine_window = {self.quarantine_window!r} is longer than fleet_history_hours = "
-                f"{self.fleet_history_hours}: raise --fleet-history-hours / FAULTLINE_FLEET_HISTORY_HOURS "
-                "or shorten --quarantine-window / FAULTLINE_QUARANTINE_WINDOW"
-            )
 
     def _check_security(self) -> None:
         if self.security_protocol.startswith("SASL_") and not (self.sasl_username and self.sasl_password):
@@ -264,14 +241,6 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
                 )
         if bool(self.ssl_certfile) != bool(self.ssl_keyfile):
             raise ValueError("ssl_certfile and ssl_keyfile go together: give both (a client certificate and its key) or neither")
-
-    def fleet(self) -> FleetSettings:
-        """The fleet stage's settings (app/core/fleet_fold.py)."""
-        return FleetSettings(
-            threshold=self.quarantine_threshold,
-            window_seconds=parse_duration(self.quarantine_window),
-            history_hours=self.fleet_history_hours,
-        )
 
     def topic(self, logical: str) -> str:
         """The Kafka name of a logical topic (e.g. `k8s.pods`)."""
@@ -312,7 +281,9 @@ class SettingInfo(msgspec.Struct, frozen=True):
     flag: str
     default: Any
     doc: str
-    type: Any  # the annotation without its Meta
+    type: Any  # the annotation without its Meta (str for a duration)
+    field: str = ""  # the Struct field; `name` differs where its Meta names the setting
+    duration: bool = False  # given as a duration (`parse_duration`), held as seconds
 
 
 SettingsT = TypeVar("SettingsT", bound=msgspec.Struct)
@@ -331,21 +302,28 @@ def describe(cls: type[msgspec.Struct] = Settings) -> list[SettingInfo]:
     infos = []
     for field in msgspec.structs.fields(cls):
         base, metas = _split(hints[field.name])
+        extra = next((m.extra for m in metas if m.extra), None) or {}
+        name = extra.get("setting", field.name)
         infos.append(
             SettingInfo(
-                name=field.name,
-                env=ENV_PREFIX + field.name.upper(),
-                flag="--" + field.name.replace("_", "-"),
+                name=name,
+                env=ENV_PREFIX + name.upper(),
+                flag="--" + name.replace("_", "-"),
                 default=field.default,
                 doc=next((m.description for m in metas if m.description), ""),
-                type=base,
+                type=str if extra.get("duration") else base,
+                field=field.name,
+                duration=bool(extra.get("duration")),
             )
         )
     return infos
 
 
 def _expected(cls: type[msgspec.Struct], info: SettingInfo) -> str:
-    _, metas = _split(typing.get_type_hints(cls, include_extras=True)[info.name])
+    _, metas = _split(typing.get_type_hints(cls, include_extras=True)[info.field or info.name])
+    if info.duration:
+        least = next((m.ge for m in metas if m.ge is not None), 0)
+        return f"a duration of at least {least} s (seconds, or a number with s, m, h or d: 90m, 24h, 1d)"
     if typing.get_origin(info.type) is Literal:
         return "one of " + ", ".join(repr(v) for v in typing.get_args(info.type))
     parts: list[str] = []
@@ -403,3 +381,61 @@ def _field_of(message: str) -> str | None:
     if marker not in message:
         return None
     return message.rsplit(marker, 1)[1].split("`", 1)[0].split("[", 1)[0].split(".", 1)[0]
+
+
+FLEET_SETTINGS = describe(FleetSettings)
+
+
+def fleet_settings(
+    base: FleetSettings, overrides: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None
+) -> FleetSettings:
+    """`base` (a rule file's `[fleet]`, else the default) with the fleet settings the user
+    set on top: a flag (`overrides` by setting name; None means 'not given'), else
+    FAULTLINE_* in `env` (default: os.environ). What the user did not set stays the rule
+    file's, so every command gives the same outputs from one file (SPEC R10.1). Raises
+    SettingsError naming the setting, where its value came from and how to fix it."""
+    env = os.environ if env is None else env
+    given: dict[str, Any] = {}
+    origin: dict[str, tuple[SettingInfo, Any, str]] = {}  # field -> (setting, value as given, where)
+    for info in FLEET_SETTINGS:
+        value = (overrides or {}).get(info.name)
+        if value is not None:
+            where = f"flag {info.flag}"
+        elif info.env in env:
+            value, where = env[info.env], f"environment variable {info.env}"
+        else:
+            continue
+        origin[info.field] = (info, value, where)
+        try:
+            given[info.field] = parse_duration(str(value)) if info.duration else value
+        except ValueError:
+            raise _invalid(info, value, where) from None
+    if not given:
+        return base
+    merged = {**msgspec.to_builtins(base), **given}
+    try:
+        return msgspec.convert(merged, FleetSettings, strict=False)  # strict=False: "4" from the environment is 4
+    except msgspec.ValidationError as exc:
+        field = _field_of(str(exc))
+        if field in origin:
+            raise _invalid(*origin[field]) from None
+        if field is None:  # FleetSettings.__post_init__: the window outlasts the history kept
+
+            def shown(field: str, unit: str) -> str:
+                if field in origin:
+                    return f"{origin[field][1]!r} (from {origin[field][2]})"
+                return f"{merged[field]}{unit} (from the rule file)"
+
+            raise SettingsError(
+                f"quarantine_window = {shown('window_seconds', ' s')} is longer than fleet_history_hours = "
+                f"{shown('history_hours', '')}: raise --fleet-history-hours / FAULTLINE_FLEET_HISTORY_HOURS or shorten "
+                "--quarantine-window / FAULTLINE_QUARANTINE_WINDOW (in a rule file: fleet.history_hours, fleet.window_seconds)"
+            ) from None
+        raise SettingsError(f"invalid fleet settings: {exc}") from None
+
+
+def _invalid(info: SettingInfo, value: Any, where: str) -> SettingsError:
+    return SettingsError(
+        f"setting {info.name} = {value!r} (from {where}) is invalid: expected {_expected(FleetSettings, info)}; "
+        f"fix {info.flag} or {info.env} ({info.doc})"
+    )

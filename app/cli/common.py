@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
+import msgspec
+
 from app import settings as settings_mod
-from app.cli.settings_flags import add_settings_flags, settings_flags
+from app.cli.settings_flags import settings_flags
 from app.core.emit import Emit
-from app.core.rules import FleetSettings
 from app.core.rules import Rules
 from app.rulefile import RuleFileError, load_rules
 from app.settings import Settings, SettingsError
@@ -29,7 +31,7 @@ SECURITY = [
     "ssl_check_hostname",
 ]
 KAFKA = [*CONNECT, *SECURITY]
-FLEET = ["quarantine_threshold", "quarantine_window", "fleet_history_hours"]
+RULES_ENV = settings_mod.ENV_PREFIX + "RULES"  # the worker's setting `rules`; every command reads it
 
 
 class CommandError(Exception):
@@ -75,18 +77,34 @@ def load_settings(args: argparse.Namespace, names: Sequence[str]) -> Settings:
 
 
 def add_rules_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--rules", type=Path, default=None, metavar="FILE", help="rule file (.toml or .json); default: the built-in rules")
+    parser.add_argument(
+        "--rules", type=Path, default=None, metavar="FILE", help=f"rule file (.toml or .json) [{RULES_ENV}; default: the built-in rules]"
+    )
 
 
 def add_fleet_options(parser: argparse.ArgumentParser) -> None:
-    """--rules and the fleet settings (the worker's, declared in app/settings.py)."""
+    """--rules and the fleet settings that override the rule file's: what every command
+    that takes a rule file takes (read by `rules_from_args`)."""
     add_rules_option(parser)
-    group = parser.add_argument_group("fleet settings (flag > environment variable > default)")
-    add_settings_flags(group, settings_mod.describe(), FLEET)
+    add_fleet_flags(parser)
 
 
-def fleet_settings(args: argparse.Namespace) -> FleetSettings:
-    return load_settings(args, FLEET).fleet()
+FLEET_PRECEDENCE = "flag > environment variable > the rule file's [fleet] > default"
+
+
+def add_fleet_flags(parser: argparse.ArgumentParser) -> None:
+    """A flag per fleet setting (declared once, app.core.rules.FleetSettings). A flag not
+    given and a variable not set leave the rule file's value (SPEC R10.1)."""
+    group = parser.add_argument_group(f"fleet settings ({FLEET_PRECEDENCE})")
+    for info in settings_mod.FLEET_SETTINGS:
+        group.add_argument(
+            info.flag,
+            dest=info.name,
+            default=None,
+            type=info.type,
+            metavar="DURATION" if info.duration else info.name.upper(),
+            help=f"{info.doc} [{info.env}, else fleet.{info.field} of the rule file, else {info.default}]",
+        )
 
 
 def rules_from(path: Path | None, where: str = "") -> Rules:
@@ -96,8 +114,27 @@ def rules_from(path: Path | None, where: str = "") -> Rules:
         raise CommandError(f"{exc}{where}", 2) from None
 
 
-def rules_from_args(args: argparse.Namespace) -> Rules:
-    return rules_from(args.rules)
+def rules_from_args(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> Rules:
+    """The rule set a command runs, the same in every command that takes a rule file
+    (SPEC R10.1): the file of --rules, else of FAULTLINE_RULES, else the built-in rules,
+    with the fleet settings the user set by flag or variable over the file's [fleet]
+    (FLEET_PRECEDENCE). `rules_version` covers the result."""
+    env = os.environ if env is None else env
+    if getattr(args, "rules", None):
+        path, where = Path(args.rules), " (from --rules)"
+    elif env.get(RULES_ENV):
+        path, where = Path(env[RULES_ENV]), f" (from {RULES_ENV}; unset it or give --rules)"
+    else:
+        path, where = None, ""
+    rules = rules_from(path, where)
+    if rules.fleet is None:  # a rule file that derives no fleet health
+        return rules
+    flags = {info.name: getattr(args, info.name, None) for info in settings_mod.FLEET_SETTINGS}
+    try:
+        fleet = settings_mod.fleet_settings(rules.fleet, flags, env)
+    except SettingsError as exc:
+        raise CommandError(str(exc), 2) from None
+    return rules if fleet == rules.fleet else msgspec.structs.replace(rules, fleet=fleet)
 
 
 def require_trace(path: Path) -> None:

@@ -23,7 +23,6 @@ from app.cli.common import (
     add_fleet_options,
     close_out,
     finish_run,
-    fleet_settings,
     need,
     open_out,
     report_dead_letter,
@@ -33,7 +32,7 @@ from app.cli.common import (
 from app.core.emit import Emit
 from app.core.fleet_evidence import AttemptEvidence, evidence_of
 from app.core.fleet_view import LiveFleet, Watermark
-from app.core.rules import Rules
+from app.core.rules import DEFAULT_FLEET, Rules
 from app.model.fleet_records import DERIVED_TOPICS
 from app.model.records import DEAD_LETTER
 from app.replay.pipeline import Pipeline
@@ -68,8 +67,10 @@ def pipeline_evidence(pipeline: Pipeline, attempt_key: str) -> AttemptEvidence |
 
 
 def fleet_rules(args: argparse.Namespace) -> Rules:
-    """The rule set, with the fleet settings of the command line."""
-    return msgspec.structs.replace(rules_from_args(args), fleet=fleet_settings(args))
+    """The rule set with its fleet settings (the rule file's, those the user set on top),
+    as every command that takes a rule file has it (app/cli/common.py `rules_from_args`)."""
+    rules = rules_from_args(args)
+    return rules if rules.fleet is not None else msgspec.structs.replace(rules, fleet=DEFAULT_FLEET)
 
 
 # --- the commands ------------------------------------------------------------------------------------
@@ -78,7 +79,7 @@ def fleet_rules(args: argparse.Namespace) -> Rules:
 def run_fleet(args: argparse.Namespace) -> int:
     require_trace(args.trace)
     pipeline = Pipeline(fleet_rules(args))
-    live = LiveFleet(fleet_settings(args))
+    live = LiveFleet(pipeline.rules.fleet)
     out: IO[bytes] | None = open_out(args.out) if args.out is not None else None
     try:
         for emit in replay_counted(read_lines(args.trace), pipeline, live):
@@ -99,7 +100,7 @@ def run_serve(args: argparse.Namespace) -> int:
     require_trace(args.trace)
     pipeline = Pipeline(fleet_rules(args))
     live = LiveFleet(
-        fleet_settings(args),
+        pipeline.rules.fleet,
         evidence=lambda key: pipeline_evidence(pipeline, key),
         watermarks=lambda: [Watermark(cluster, topic, at) for cluster, topic, at in pipeline.watermarks()],
     )

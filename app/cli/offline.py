@@ -15,9 +15,7 @@ from app.cli.common import (
     KAFKA,
     CommandError,
     add_fleet_options,
-    add_rules_option,
     close_out,
-    fleet_settings,
     finish_run,
     need,
     open_out,
@@ -41,6 +39,7 @@ from app.replay.pipeline import Pipeline
 from app.replay.trace import OutputLine, encode_output, read_lines, replay
 from app.rulefile import rules_document
 from app.core.fleet_view import LiveFleet
+from app.core.rules import DEFAULT_FLEET
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -62,7 +61,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     kafka = p.add_argument_group("with --from-kafka")
     kafka.add_argument("--since", type=_timestamp, help="first record time to read, RFC 3339 (default: the beginning)")
     kafka.add_argument("--until", type=_timestamp, help="last record time to read, RFC 3339 (default: the end when the replay starts)")
-    add_rules_option(p)
+    add_fleet_options(p)
     p.set_defaults(run=run_replay)
 
     p = commands.add_parser("classify", help="print the final verdict of every failed attempt in a trace")
@@ -73,7 +72,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
     p = commands.add_parser("rules", help="show a rule set (the default, or --rules FILE) with its rules_version")
     p.add_argument("action", choices=["show"], help="show: print the rule set as JSON")
-    add_rules_option(p)
+    add_fleet_options(p)
     p.set_defaults(run=run_rules)
 
     p = commands.add_parser("diff", parents=[kafka_flags], help="list the attempts whose verdict differs between two replays")
@@ -121,11 +120,11 @@ def run_replay(args: argparse.Namespace) -> int:
 
 def run_classify(args: argparse.Namespace) -> int:
     require_trace(args.trace)
-    settings = fleet_settings(args)
-    pipeline = Pipeline(msgspec.structs.replace(rules_from_args(args), fleet=settings if args.fleet else None))
+    rules = rules_from_args(args)
+    pipeline = Pipeline(rules if args.fleet else rules.without_fleet_stage())
     verdicts: dict[str, ClassifiedFailure] = {}
     transitions: list[GangTransition] = []
-    fleet = LiveFleet(settings)
+    fleet = LiveFleet(rules.fleet or DEFAULT_FLEET)
     for emit in fleet.watch(replay(read_lines(args.trace), pipeline)):
         if emit.topic == CLASSIFIED_FAILURES:
             verdicts[emit.key] = emit.value  # a later revision supersedes (R7.2)

@@ -16,7 +16,7 @@ from pathlib import Path
 import msgspec
 
 from app import settings as settings_mod
-from app.cli.common import KAFKA, CommandError, fail, load_settings, need, require_trace, rules_from, settings_parent
+from app.cli.common import KAFKA, CommandError, add_fleet_flags, fail, load_settings, need, require_trace, rules_from_args, settings_parent
 from app.model.decode import BadRecord, parse_trace_line
 from app.model.envelope import BOOKMARK, SOURCE_TOPICS
 from app.replay.trace import read_lines
@@ -33,6 +33,7 @@ def register(commands: argparse._SubParsersAction) -> None:
     c.set_defaults(run=run_topics_create)
 
     p = commands.add_parser("worker", parents=[settings_parent(WORKER)], help="run a stream worker (Faust) until SIGTERM")
+    add_fleet_flags(p)  # over the rule file's [fleet] (setting rules), as every command that takes one
     p.set_defaults(run=run_worker)
 
     p = commands.add_parser("publish", parents=[settings_parent(PUBLISH)], help="publish a trace's records into the source topics, in order")
@@ -68,7 +69,7 @@ def run_worker(args: argparse.Namespace) -> int:
     from app.kafka.topics import TopicError, check_topics
 
     settings = load_settings(args, WORKER)
-    rules = rules_from(Path(settings.rules) if settings.rules else None, " (setting rules: --rules / FAULTLINE_RULES)")
+    rules = rules_from_args(args)  # the file of setting rules, as `replay --rules` reads it
     try:
         check_topics(settings)
     except TopicError as exc:

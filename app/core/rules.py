@@ -55,13 +55,43 @@ Length = Annotated[int, msgspec.Meta(ge=16, le=1 << 20)]
 
 
 class FleetSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """How the fleet stage derives fleet health (docs/fleet.md). They shape the derived
-    records only, never a verdict, so they are not part of `rules_version`."""
+    """How the fleet stage derives fleet health (docs/fleet.md): the `[fleet]` table of a
+    rule file, the one declaration of these settings. Each also has a flag and an
+    environment variable, named by `setting` (app/settings.py `fleet_settings`: flag >
+    environment > rule file > this default). The first three shape the derived records,
+    so they are part of `rules_version` (SPEC R10.1)."""
 
-    threshold: Annotated[int, msgspec.Meta(ge=1, description="critical faults that make a node or GPU a quarantine candidate")] = 3
-    window_seconds: Annotated[int, msgspec.Meta(ge=60, description="sliding window of the quarantine count, in stream time")] = 86_400
-    history_hours: Annotated[int, msgspec.Meta(ge=1, le=24 * 90, description="hourly buckets kept (stream time)")] = 48
-    recent_verdicts: Annotated[int, msgspec.Meta(ge=1, le=10_000, description="verdicts kept for the recent-verdicts view")] = 100
+    threshold: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1,
+            description="critical faults within the quarantine window that make a node or GPU a quarantine candidate",
+            extra={"setting": "quarantine_threshold"},
+        ),
+    ] = 3
+    window_seconds: Annotated[
+        int,
+        msgspec.Meta(
+            ge=60,
+            description="stream time the quarantine count slides over, at least a minute: seconds in a rule file; "
+            "the flag and variable also take 90m, 24h, 1d",
+            extra={"setting": "quarantine_window", "duration": True},
+        ),
+    ] = 86_400
+    history_hours: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1,
+            le=24 * 90,
+            description="hourly fleet buckets kept (stream time); at least the quarantine window",
+            extra={"setting": "fleet_history_hours"},
+        ),
+    ] = 48
+    # Not in rules_version: it sizes the read model's recent-verdicts list, never a record.
+    recent_verdicts: Annotated[
+        int,
+        msgspec.Meta(ge=1, le=10_000, description="verdicts kept for the fleet page's recent verdicts", extra={"setting": "recent_verdicts"}),
+    ] = 100
 
     def __post_init__(self) -> None:
         if self.window_seconds > self.history_hours * 3600:
@@ -162,12 +192,22 @@ class Rules(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True):
 
     @cached_property
     def version(self) -> str:
-        """`<name>@<hash>`: the hash covers the Xid table and every setting."""
+        """`<name>@<hash>`: the hash covers the Xid table and every setting that can change
+        an output record, the fleet's included (R10.1: the derived records are outputs)."""
         settings = msgspec.to_builtins(self, str_keys=True, order="deterministic")  # sets sorted: the same hash in every process
         settings.pop("name")
-        settings.pop("fleet")  # shapes derived records, never a verdict
+        if settings.get("fleet") is not None:
+            settings["fleet"].pop("recent_verdicts")  # the read model's, never in a record
         payload = msgspec.json.encode(settings, order="deterministic")  # sorts keys and sets
         return f"{self.name}@{hashlib.sha256(payload).hexdigest()[:12]}"
+
+    def without_fleet_stage(self) -> Rules:
+        """The same rule set, deriving no fleet health (a worker's `fleet_stage` false,
+        `classify` without `--fleet`): a driver's choice, not another rule set, so the
+        verdicts keep this set's `rules_version` (R10.1)."""
+        off = msgspec.structs.replace(self, fleet=None)
+        off.__dict__["version"] = self.version  # the cached_property's slot
+        return off
 
 
 DEFAULT_RULES = Rules()

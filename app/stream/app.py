@@ -6,9 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import faust
-import msgspec
 
-from app.core.rules import DEFAULT_RULES, Rules
+from app.core.rules import DEFAULT_FLEET, DEFAULT_RULES, Rules
 from app.kafka.config import faust_kwargs
 from app.settings import Settings
 from app.stream.agents import Stages
@@ -27,10 +26,11 @@ from app.stream.read_model import FleetReadModel
 
 def build_app(settings: Settings, rules: Rules = DEFAULT_RULES) -> tuple[faust.App, Stages, FleetReadModel]:
     """The app with its stages and its fleet read model; the caller mounts a web surface
-    on it before running it. The fleet settings are the worker's (`fleet_stage` false:
-    no fleet health is derived)."""
-    fleet = settings.fleet()
-    rules = msgspec.structs.replace(rules, fleet=fleet if settings.fleet_stage else None)
+    on it before running it. The fleet settings are the rules' (a rule file's, with the
+    flags and variables the user set: app/cli/common.py `rules_from_args`); `fleet_stage`
+    false derives no fleet health."""
+    fleet = rules.fleet or DEFAULT_FLEET
+    rules = rules if settings.fleet_stage else rules.without_fleet_stage()
     seek_uncommitted_partitions_to_beginning()
     take_assignment_made_for_an_earlier_url()
     deliver_records_without_tasks_when_nothing_can_wait()
