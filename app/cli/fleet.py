@@ -3,7 +3,7 @@
 
 Both replay a trace through the embedded Pipeline, whose fleet stage derives fleet health
 (app/core/fleet_fold.py) exactly as a worker's does over Kafka, and read the derived
-records into the fleet view (app/core/fleet_summary.py) as a worker's web surface does.
+records into the fleet view (app/core/fleet_read_model.py, fleet_summary.py) as a worker's web surface does.
 """
 
 from __future__ import annotations

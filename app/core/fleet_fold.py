@@ -16,7 +16,7 @@ quarantine count, the gangs waiting in one queue. A node's hours are separate st
 node with faults of many codes in every hour of the history would otherwise hold them
 all in one value (history_hours × codes: over 64 KB at the default 48 h). Every change emits the derived record it changed (the derived
 topics, app/model/fleet_records.py); the fleet-wide views are assembled from those
-records at read time (app/core/fleet_read.py), so any worker can serve them.
+records at read time (app/core/fleet_read_model.py, fleet_summary.py), so any worker can serve them.
 
 Time is stream time (SPEC R12.5): the fleet stage's watermark, else the latest record
 time folded into the state; never a timestamp written inside an object. The quarantine

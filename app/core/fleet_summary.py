@@ -1,12 +1,6 @@
-"""The fleet-wide views, assembled at read time from the derived records.
-
-The fleet stage keeps its state per node, GPU, namespace-hour and queue (fleet_fold.py)
-and writes each change to a derived topic, keyed so that the latest record per key is
-current. `FleetState` is the read model: the latest derived record per key (within the
-history kept), the quarantine history, the most recent verdicts and a count of dead
-letters — what any reader of those topics can rebuild, so every worker serves the same
-page. `fleet_summary(state)` answers what a person looks at (terminal tables, web page).
-No I/O and no clock.
+"""The fleet-wide views a person looks at (terminal tables, web page, /metrics),
+assembled at read time from the read model (fleet_read_model.py `FleetState`):
+`fleet_summary(state)` and the rows of each table. No I/O and no clock.
 """
 
 from __future__ import annotations
@@ -15,135 +9,18 @@ from datetime import datetime, timedelta
 
 import msgspec
 
-from app.core.emit import Emit
 from app.core.fleet_fold import SEVERITIES, fault_label, hour_of
-from app.core.fleet_inputs import gpu_id
+from app.core.fleet_read_model import FleetState, VerdictRow, horizon
 from app.core.rules import DEFAULT_FLEET, FleetSettings
 from app.model.fleet_records import (
     FailureRate,
-    GangQueue,
     GpuFaultRate,
     NodeFaultRate,
     PreemptionWait,
     QuarantineCandidate,
     Scope,
 )
-from app.model.records import ClassifiedFailure, DeadLetter, ErrorKind, GpuFault
-
-QUARANTINE_LOG = 50  # quarantine records kept for the page
-
-
-class VerdictRow(msgspec.Struct, frozen=True):
-    key: str
-    cluster: str
-    namespace: str
-    code: str
-    kind: ErrorKind
-    failed_at: datetime
-    revision: int
-    generation: int
-    terminal: bool
-    fault: str  # "Xid 79 CRITICAL", "" without a GPU fault
-    node: str
-    gpu: str
-    pod: str
-    message: str
-
-
-class FleetState(msgspec.Struct):
-    """The read model: the latest derived record per key, and what the page lists."""
-
-    stream_time: datetime | None = None  # the newest time any record read speaks of
-    nodes: dict[str, NodeFaultRate] = {}
-    gpus: dict[str, GpuFaultRate] = {}
-    candidates: dict[str, QuarantineCandidate] = {}  # latest per node or GPU, candidate or cleared
-    quarantine_log: list[QuarantineCandidate] = []  # newest first
-    failures: dict[str, FailureRate] = {}
-    waits: dict[str, PreemptionWait] = {}
-    queues: dict[str, GangQueue] = {}
-    recent: list[VerdictRow] = []  # newest first, one per attempt key
-    dead_letters: int = 0
-
-
-def describe_gpu_fault(fault: GpuFault | None) -> str:
-    return "" if fault is None else f"{fault_label(fault.kind, fault.code)} {fault.severity}"
-
-
-def read(state: FleetState, emit: Emit, settings: FleetSettings = DEFAULT_FLEET) -> None:
-    """Take one record in (derived records, verdicts, dead letters; others are ignored)."""
-    value = emit.value
-    if isinstance(value, NodeFaultRate):
-        _keep(state, state.nodes, emit.key, value, value.last_fault_at or value.hour, settings)
-    elif isinstance(value, GpuFaultRate):
-        _keep(state, state.gpus, emit.key, value, value.last_fault_at or value.hour, settings)
-    elif isinstance(value, FailureRate):
-        _keep(state, state.failures, emit.key, value, value.hour, settings)
-    elif isinstance(value, PreemptionWait):
-        _keep(state, state.waits, emit.key, value, value.hour, settings)
-    elif isinstance(value, GangQueue):
-        state.queues[emit.key] = value
-    elif isinstance(value, QuarantineCandidate):
-        state.candidates[emit.key] = value
-        if not state.quarantine_log or state.quarantine_log[0] != value:
-            state.quarantine_log.insert(0, value)
-            del state.quarantine_log[QUARANTINE_LOG:]
-        _advance(state, value.at, settings)
-    elif isinstance(value, ClassifiedFailure):
-        _recent(state, value, settings)
-        _advance(state, value.failed_at, settings)
-    elif isinstance(value, DeadLetter):
-        state.dead_letters += 1
-
-
-def _keep(state: FleetState, table: dict, key: str, record: object, at: datetime, settings: FleetSettings) -> None:
-    if state.stream_time is not None and hour_of(at) < _horizon(state.stream_time, settings):
-        return  # older than the history kept
-    table[key] = record
-    _advance(state, at, settings)
-
-
-def _horizon(at: datetime, settings: FleetSettings) -> datetime:
-    return hour_of(at) - timedelta(hours=settings.history_hours - 1)
-
-
-def _advance(state: FleetState, at: datetime, settings: FleetSettings) -> None:
-    """Move the view's time; forget hours that fell out of the history (every new hour)."""
-    if state.stream_time is not None and at <= state.stream_time:
-        return
-    swept = state.stream_time is None or hour_of(at) != hour_of(state.stream_time)
-    state.stream_time = at
-    if not swept:
-        return
-    horizon = _horizon(at, settings)
-    for table in (state.nodes, state.gpus, state.failures, state.waits):
-        for key in [k for k, r in table.items() if r.hour < horizon]:
-            del table[key]
-
-
-def _recent(state: FleetState, v: ClassifiedFailure, settings: FleetSettings) -> None:
-    if any(r.key == v.key and r.revision > v.revision for r in state.recent):
-        return  # an older revision read late
-    fault = v.gpu_fault
-    pod = v.faulted_pod.name if v.faulted_pod is not None else (fault.pod.name if fault is not None else "")
-    row = VerdictRow(
-        key=v.key,
-        cluster=v.cluster,
-        namespace=v.namespace,
-        code=v.code,
-        kind=v.kind,
-        failed_at=v.failed_at,
-        revision=v.revision,
-        generation=v.generation,
-        terminal=v.terminal,
-        fault=describe_gpu_fault(fault),
-        node=fault.node if fault is not None else "",
-        gpu=gpu_id(fault) if fault is not None else "",
-        pod=pod,
-        message=v.message[:500],
-    )
-    rows = [row, *(r for r in state.recent if r.key != v.key)]
-    rows.sort(key=lambda r: (r.failed_at, r.key), reverse=True)  # newest first, whatever the read order
-    state.recent = rows[: settings.recent_verdicts]
+from app.model.records import ErrorKind
 
 
 # --- what a person looks at ----------------------------------------------------------------------
@@ -387,7 +264,7 @@ def hour_points(state: FleetState, settings: FleetSettings = DEFAULT_FLEET) -> l
         row[1] += record.failures if record.kind == "SYSTEM" else 0
     last = hour_of(state.stream_time)
     first = min([*faults, *failures], default=last)
-    first = max(first, _horizon(state.stream_time, settings))
+    first = max(first, horizon(state.stream_time, settings))
     points = []
     hour = first
     while hour <= last:

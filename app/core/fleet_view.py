@@ -2,7 +2,7 @@
 
 `FleetView` is the protocol; `LiveFleet` is the one every driver uses (the embedded
 `serve`/`fleet` commands, `classify --fleet`, `run`, and a Faust worker's read model):
-it reads the derived records, verdicts and dead letters into `fleet_summary.FleetState`.
+it reads the derived records, verdicts and dead letters into `fleet_read_model.FleetState`.
 No aiohttp here, so the terminal commands work on a core install.
 """
 
@@ -17,7 +17,8 @@ import msgspec
 
 from app.core.emit import Emit
 from app.core.fleet_evidence import AttemptEvidence
-from app.core.fleet_summary import FleetState, FleetSummary, fleet_summary, read
+from app.core.fleet_read_model import FleetState, read
+from app.core.fleet_summary import FleetSummary, fleet_summary
 from app.core.rules import DEFAULT_FLEET, FleetSettings
 
 

@@ -12,7 +12,7 @@ import msgspec
 from app.core.emit import Emit
 from app.core.fleet_fold import FleetStats
 from app.core.fleet_inputs import counted_failure, failure_changes, fault_changes, gang_change
-from app.core.fleet_summary import FleetState, read
+from app.core.fleet_read_model import FleetState, read
 from app.core.progress import NO_PROGRESS, Watermarks, settles
 from app.core.rules import DEFAULT_FLEET, DEFAULT_RULES, FleetSettings
 from app.core.topology import FLEET_STAGE, INPUT_OF, Failed, apply, settle

@@ -1,5 +1,5 @@
 """The fleet stage (app/core/fleet_fold.py) and the fleet view read from what it derives
-(app/core/fleet_summary.py): rates per hour, quarantine in stream time, failure rates,
+(app/core/fleet_read_model.py, fleet_summary.py): rates per hour, quarantine in stream time, failure rates,
 preemption waits, bounded state, determinism.
 
 `run` plays the other stages' part: it turns output records (tests/fleet/records.py) into
@@ -19,7 +19,8 @@ import pytest
 from app.core.emit import Emit
 from app.core.fleet_evidence import evidence_of
 from app.core.fleet_fold import FleetStats, hour_of
-from app.core.fleet_summary import FleetState, fleet_summary, queue_rows, read
+from app.core.fleet_read_model import FleetState, read
+from app.core.fleet_summary import fleet_summary, queue_rows
 from app.core.rules import DEFAULT_FLEET, FleetSettings
 from app.core.topology import FLEET_STAGE
 from app.model.fleet_records import (
