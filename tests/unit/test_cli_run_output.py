@@ -1,0 +1,98 @@
+"""What `faultline run` prints as verdicts and gang transitions come (app/cli/live_output.py):
+one header, every column headed, each line saying what it is, a revision saying what it
+replaces, and columns aligned although the lines are printed one at a time."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+
+import msgspec
+
+from app.cli.live_output import HEADER, LivePrinter
+from app.core.emit import Emit
+from app.model.records import CLASSIFIED_FAILURES, GANG_TRANSITIONS
+from app.replay.pipeline import Pipeline
+from app.replay.trace import encode_output, read_lines, replay
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACES = ROOT / "examples" / "traces"
+
+
+def emits_of(*traces: str) -> list[Emit]:
+    out: list[Emit] = []
+    for name in traces:
+        out += list(replay(read_lines(TRACES / name), Pipeline()))
+    return out
+
+
+def printed(emits: list[Emit], kept: int = 0) -> tuple[list[str], bytes]:
+    """What a run prints and writes to --out; the first `kept` outputs were printed by an
+    earlier run (the replayed log)."""
+    stdout, out = io.StringIO(), io.BytesIO()
+    printer = LivePrinter(stdout, out, encode_output)
+    for i, emit in enumerate(emits):
+        (printer.keep if i < kept else printer.show)(emit)
+    return stdout.getvalue().splitlines(), out.getvalue()
+
+
+def starts(line: str) -> list[int]:
+    return [m.start() for m in re.finditer(r"\S+", line)]
+
+
+def test_one_header_every_column_headed_and_each_line_says_what_it_is():
+    emits = emits_of("mixed.jsonl", "jobset-preempt-readmit.jsonl")
+    lines, _ = printed(emits)
+    assert all(cell.strip() for cell in HEADER)
+    assert [line for line in lines if line.startswith("WHAT ")] == [lines[0]]
+    rows = [line for line in lines[1:] if not line.startswith(" ")]  # reasons are indented beneath their verdict
+    assert {row.split()[0] for row in rows} == {"verdict", "revised", "gang"}
+    assert sum(row.startswith("gang ") for row in rows) == sum(e.topic == GANG_TRANSITIONS for e in emits)
+    assert sum(row.startswith(("verdict ", "revised ")) for row in rows) == sum(e.topic == CLASSIFIED_FAILURES for e in emits)
+    first = {e.key for e in emits if e.topic == CLASSIFIED_FAILURES and e.value.revision == 0}
+    assert sum(row.startswith("verdict ") for row in rows) == len(first)
+    # a transition is never a verdict: "Running -> WaitingForReadmission" under GPU FAULT / TRANSITION
+    header = lines[0]
+    wait = next(row for row in rows if "Running -> WaitingForReadmission" in row)
+    assert wait.index("Running -> WaitingForReadmission") == header.index("GPU FAULT / TRANSITION")
+    readmitted = next(row for row in rows if "WaitingForReadmission -> Running" in row)
+    assert "waited 906s" in readmitted[header.index("NOTE"):]
+
+
+def test_columns_are_aligned_under_the_header():
+    lines, _ = printed(emits_of("mixed.jsonl"))
+    header = lines[0]
+    columns = [header.index(name) for name in ("ATTEMPT / JOBSET", "CODE", "KIND", "GPU FAULT / TRANSITION")]
+    for row in (line for line in lines[1:] if not line.startswith(" ")):
+        assert starts(row)[:2] == [0, columns[0]], row
+        assert row[columns[1] - 2 : columns[1]] == "  " and row[columns[1]] != " ", row  # CODE starts under CODE
+        assert row[columns[2] - 2 : columns[2]] == "  " and row[columns[2]] != " ", row
+
+
+def revised(emit: Emit, **changes: object) -> Emit:
+    return Emit(emit.topic, emit.key, msgspec.structs.replace(emit.value, revision=emit.value.revision + 1, **changes))
+
+
+def test_a_revision_is_marked_revised_with_the_verdict_it_replaces():
+    first = next(e for e in emits_of("mixed.jsonl") if e.topic == CLASSIFIED_FAILURES and e.value.code == "Error")
+    later = revised(first, code="GpuXidError", kind="SYSTEM")
+    again = revised(later)
+    lines, out = printed([first, later, again])
+    rows = lines[1:]
+    assert rows[0].startswith("verdict ") and "was" not in rows[0]
+    assert rows[1].startswith("revised ") and rows[1].endswith("was Error USER")
+    assert rows[1].split()[2:4] == ["GpuXidError", "SYSTEM"]
+    assert rows[2].startswith("revised ") and rows[2].endswith("same verdict, its evidence updated (revision 2)")
+    assert len(out.splitlines()) == 3  # --out has every record
+
+
+def test_a_revision_after_a_restart_names_the_verdict_the_earlier_run_printed():
+    """The replayed log's outputs are not printed again, but a revision after them still
+    says what it replaces: a restarted run prints what an uninterrupted one prints."""
+    first = next(e for e in emits_of("mixed.jsonl") if e.topic == CLASSIFIED_FAILURES and e.value.code == "Error")
+    later = revised(first, code="GpuXidError", kind="SYSTEM")
+    restarted, out = printed([first, later], kept=1)
+    uninterrupted, _ = printed([first, later])
+    assert restarted[1:] == uninterrupted[2:] and restarted[1].endswith("was Error USER")
+    assert len(out.splitlines()) == 2
