@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+from app.bridge.comeback import ServerProbe
 from app.bridge.errors import BridgeError
 from app.bridge.positions import PositionStore
 from app.bridge.progress import StreamMark, slowest_per_topic
@@ -75,6 +76,7 @@ class Bridge:
         self._progress_at: dict[str, int] = {}  # topic -> the last progress time published
         self._progress_ok = True  # false once a batch was cut short (max_records): progress would lie
         self._caught_up = False  # every watch has listed and been live once (said once in the log)
+        self.probe = ServerProbe(api.ready)  # while watches retry: is the server back? (issue 29)
 
     @property
     def position_store(self) -> PositionStore:
@@ -146,7 +148,7 @@ class Bridge:
             for namespace in namespaces:
                 position = saved.get(kind.name)
                 start = position.resource_versions.get(namespace or ALL_NAMESPACES) if position else None
-                watch = KindWatch(kind, namespace, self.api, self.settings, self.outbox, self._stop, start)
+                watch = KindWatch(kind, namespace, self.api, self.settings, self.outbox, self._stop, start, self.probe)
                 self.watches.append(watch)
                 if start is not None:
                     self._positions[watch] = start

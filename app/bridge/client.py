@@ -20,6 +20,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from app.bridge.comeback import PROBE_TIMEOUT
 from app.bridge.errors import (
     BridgeError,
     Forbidden,
@@ -201,6 +202,21 @@ class KubeApi:
 
     def close(self) -> None:
         self.api_client.close()
+
+    def ready(self) -> bool:
+        """Is the server back? `GET /readyz` with a short timeout (`app.bridge.comeback`):
+        200 is ready; no answer, 429 or 5xx is not. A server that answers 401/403/404
+        (readiness not public there, or an old server) answers: taken as ready, and the
+        watches' own requests say the rest."""
+        try:
+            method, url, headers, _, _ = self.api_client.param_serialize(
+                "GET", "/readyz", header_params={"Accept": "text/plain"}, auth_settings=["BearerToken"]
+            )
+            response = self.api_client.call_api(method, url, headers, _request_timeout=(PROBE_TIMEOUT, PROBE_TIMEOUT))
+            response.read()
+        except (ApiException, urllib3.exceptions.HTTPError, OSError):
+            return False
+        return response.status < 500 and response.status != 429
 
     def _request(self, verb: str, kind: Kind, version: str, namespace: str | None, **params: Any) -> urllib3.HTTPResponse:
         params = {k: v for k, v in params.items() if v is not None}

@@ -105,6 +105,7 @@ class StreamProgress:
     @property
     def live(self) -> bool:
         with self._lock:
+            self._promote(self._clock())
             return self._mode in ("live", "absent")
 
 

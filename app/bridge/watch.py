@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from app.bridge.comeback import ServerProbe
 from app.bridge.errors import Forbidden, Gone, NotServed, Transient
 from app.bridge.known import KnownObjects
 from app.bridge.progress import StreamProgress, revision_of
@@ -62,6 +63,8 @@ class Api(Protocol):
 
     def watch(self, kind: Kind, version: str, namespace: str | None, *, resource_version: str, timeout_seconds: int) -> WatchResponse: ...
 
+    def ready(self) -> bool: ...
+
 
 class Stopped(Exception):
     """The bridge is stopping; unwind the watch thread."""
@@ -88,8 +91,11 @@ class KindWatch:
         outbox: queue.Queue,
         stop: threading.Event,
         start_rv: str | None,
+        probe: ServerProbe | None = None,
     ) -> None:
         self.kind, self.namespace, self.api, self.settings = kind, namespace, api, settings
+        self.probe = probe  # shared by the bridge's watches: is the server back? (issue 29)
+        self._comeback_seen = 0  # the last comeback of the server that woke this watch
         self.outbox, self.stop = outbox, stop
         self.rv = start_rv  # the resourceVersion up to which every change was handed over
         self.version: str | None = None  # the served API version, once found
@@ -198,12 +204,25 @@ class KindWatch:
                 self._retry_later(exc.cause)
 
     def _retry_later(self, cause: str) -> None:
+        """Wait before the next try: the backoff's delay, cut short when the server comes
+        back (`app.bridge.comeback`): a server that was down and answers again gets the
+        watch at once, and the backoff starts over for what it may still refuse."""
         self.progress.stalled()
         self._outage.failed(cause)
         delay = self._backoff.next()
         self.counts["retries"] += 1
         log.debug("%s: retrying in %.2fs", self.describe(), delay)
-        self._sleep(delay)
+        if self.probe is None or self._outage.started is None:
+            self._sleep(delay)
+            return
+        comeback = self.probe.wait(delay, since=self._outage.started, seen=self._comeback_seen, stop=self.stop)
+        if self.stop.is_set():
+            raise Stopped
+        if comeback is not None:
+            self._comeback_seen = comeback
+            self._backoff.reset()
+            self.counts["comebacks"] += 1
+            log.debug("%s: the API server is ready again; retrying now", self.describe())
 
     def _succeeded(self, verb: str) -> None:
         self._granted.add(verb)

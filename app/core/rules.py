@@ -116,6 +116,12 @@ RuleSetName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$
 class Rules(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True):
     name: RuleSetName = "default"
     labels: AttemptLabels = AttemptLabels()
+    # R13.1: without the orchestrator's labels, an attempt is named by its workload object
+    # (TrainJob, JobSet, RayJob, Kubeflow job, GPU batch Job, bare GPU pod); false: labels only.
+    workload_identity: bool = True
+    # R13.2: the resource names that make a batch Job or a bare pod a GPU workload (a DRA
+    # resourceClaim always does).
+    gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",)
     # R5.3: a fault explains a failure iff it overlaps [anchor - window, anchor + slack].
     window_seconds: Seconds = 30 * 60
     slack_seconds: Seconds = 2 * 60

@@ -11,7 +11,7 @@ import msgspec
 
 from app.model.envelope import ChangeType
 from app.model.k8s import Job, Timestamp, Workload
-from app.model.records import ErrorKind, FaultKind, GangTransition, GpuFault, Severity
+from app.model.records import ErrorKind, FaultKind, GangTransition, GpuFault, Identity, ObjectRef, Severity
 
 # Internal re-key topics (drivers add the configured prefix):
 # the pod stage and the job router -> the attempt stage, keyed by attempt key;
@@ -23,6 +23,48 @@ FLEET_INPUTS = "faultline.fleet-inputs"
 INTERNAL_TOPICS = (ATTEMPT_FACTS, GANG_INPUTS, FLEET_INPUTS)
 # Infinity in stream time: the end of a trace (SPEC R12.3).
 END_OF_TIME = datetime.max.replace(tzinfo=timezone.utc)
+
+
+class AttemptId(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
+    """Which attempt (SPEC R13.1): named by the orchestrator's labels (R1: `run`, `action`,
+    `attempt`) or, for a workload attempt, by the workload object itself (R13.3: `kind`,
+    `name`, `uid`). Carried explicitly: an attempt stage's state key need not be it (R13.4)."""
+
+    cluster: str
+    namespace: str
+    run: str = ""
+    action: str = ""
+    attempt: str = ""
+    kind: str = ""  # a workload attempt's object, as the API spells its kind
+    name: str = ""
+    uid: str = ""
+
+    @property
+    def identity(self) -> Identity:
+        return "workload" if self.kind else "labels"
+
+    @property
+    def key(self) -> str:
+        """The attempt key: `<cluster>/<namespace>/<run>/<action>/<attempt>` (R1) or
+        `<cluster>/<namespace>/<Kind>/<name>/<uid>` (R13.3)."""
+        if self.kind:
+            return f"{self.cluster}/{self.namespace}/{self.kind}/{self.name}/{self.uid}"
+        return f"{self.cluster}/{self.namespace}/{self.run}/{self.action}/{self.attempt}"
+
+    @property
+    def tracked(self) -> ObjectRef | None:
+        """A workload attempt's object; None under labels (the tracked resource says)."""
+        return ObjectRef(kind=self.kind, name=self.name, uid=self.uid) if self.kind else None
+
+
+class OwnerFacts(msgspec.Struct, frozen=True, gc=False, array_like=True):
+    """An object's controller ownerReference (R13.2), its name and uid cut to
+    `max_token_chars` (a tenant writes ownerReferences)."""
+
+    group: str  # the API group of its apiVersion ("" for core/v1)
+    kind: str
+    name: str
+    uid: str
 
 
 class ContainerFacts(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
@@ -52,8 +94,10 @@ class PodFacts(msgspec.Struct, frozen=True, omit_defaults=True, gc=False, tag="P
     name: str
     uid: str
     observed_at: datetime  # the record that last changed these facts
-    labels: dict[str, str] = {}  # only the keys the rules read (R1, R4.2)
+    labels: dict[str, str] = {}  # only the keys the rules read (R1, R4.2, R13.4)
     is_child: bool = False  # created by an operator or a Job (not a pod task's own pod)
+    owner: OwnerFacts | None = None  # its controller ownerReference (R13.2)
+    requests_gpu: bool = False  # a regular container asks for a GPU resource, or a DRA claim (R13.2)
     primary_container: str = ""  # declared primary (R4.4), "" when none is declared
     containers: tuple[ContainerFacts, ...] = ()  # in spec order, statuses merged in
     phase: str = ""
@@ -76,7 +120,8 @@ class CrdFailure(msgspec.Struct, frozen=True):
 
 
 class JobFacts(msgspec.Struct, frozen=True, omit_defaults=True, tag="JobFacts", tag_field="fact"):
-    """The slim state of one tracked CRD (RayJob, PyTorchJob, MPIJob, TFJob, JobSet)."""
+    """The slim state of one tracked object (RayJob, PyTorchJob, MPIJob, TFJob, JobSet,
+    batch/v1 Job) and the attempt it tracks (`attempt`: a TrainJob's for its JobSet, R13.4)."""
 
     cluster: str
     namespace: str
@@ -84,6 +129,7 @@ class JobFacts(msgspec.Struct, frozen=True, omit_defaults=True, tag="JobFacts", 
     uid: str
     kind: str
     observed_at: datetime
+    attempt: AttemptId | None = None  # None only in states written before R13
     restarts: int = 0  # JobSet status.restarts
     ray_cluster_name: str = ""
     failure: CrdFailure | None = None

@@ -21,6 +21,7 @@ class _View(msgspec.Struct, rename="camel", frozen=True, omit_defaults=True, gc=
 
 
 class OwnerReference(_View):
+    api_version: str = ""
     kind: str = ""
     name: str = ""
     uid: str = ""
@@ -70,13 +71,30 @@ class ContainerStatus(_View):
     state: ContainerState = ContainerState()
 
 
+class ResourceRequirements(_View):
+    """Only the names are read (SPEC R13.2: does it request a GPU?); a quantity stays raw."""
+
+    limits: dict[str, msgspec.Raw] = {}
+    requests: dict[str, msgspec.Raw] = {}
+
+
 class Container(_View):
+    name: str = ""
+    resources: ResourceRequirements = ResourceRequirements()
+
+
+class PodResourceClaim(_View):
     name: str = ""
 
 
 class PodSpec(_View):
     node_name: str = ""
     containers: list[Container] = []
+    resource_claims: list[PodResourceClaim] = []  # DRA (SPEC R13.2: a claim may be a GPU)
+
+
+class PodTemplateSpec(_View):
+    spec: PodSpec = PodSpec()
 
 
 class PodStatus(_View):
@@ -139,7 +157,7 @@ class Event(_View):
     deprecated_source: EventSource | None = None
 
 
-# --- Tracked CRDs: RayJob, PyTorchJob, MPIJob, TFJob, JobSet -------------------------
+# --- Tracked workloads: TrainJob, JobSet, RayJob, PyTorchJob, MPIJob, TFJob, batch/v1 Job --
 
 
 class ReplicatedJobStatus(_View):
@@ -166,7 +184,11 @@ class JobStatus(_View):
 
 
 class JobSpec(_View):
+    """Union of the spec fields the rules read across the tracked kinds."""
+
     suspend: bool | None = None
+    template: PodTemplateSpec | None = None  # batch/v1 Job: the pod template (R13.2: a GPU?)
+    cluster_selector: dict[str, str] = {}  # RayJob: runs on an existing RayCluster (R13.4)
 
 
 class Job(_View):

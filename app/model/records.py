@@ -14,6 +14,8 @@ from app.model.k8s import Timestamp
 Severity = Literal["USER", "WARN", "CRITICAL"]
 FaultKind = Literal["XID", "SXID"]
 ErrorKind = Literal["USER", "SYSTEM"]
+# SPEC R13.3: how an attempt is named: the orchestrator's labels (R1) or the workload object.
+Identity = Literal["labels", "workload"]
 
 # Output topics (DESIGN.md); drivers add the configured prefix.
 FAULTS = "faultline.faults"

@@ -27,7 +27,7 @@ What it does as kube-apiserver does (the parts the bridge relies on):
 - managedFields on every object (the bridge must drop them);
 - 404 Status for a resource (CRD) or version not served, 403 Status for a forbidden
   verb/resource/namespace (with the real message format), 401 without the bearer token,
-  503 while "unavailable";
+  503 while "unavailable" (and `/readyz` 503 then, 200 otherwise);
 - connection drops in the middle of a watch stream, after half an event line.
 
 What it does not do is listed in docs/bridge.md ("Tests: a real API server, and a double").
@@ -148,6 +148,7 @@ class FakeKube:
         self.unavailable = False
         self.unavailable_plurals: set[str] = set()
         self.requests: list[Request] = []
+        self.readyz_probes = 0
         self.snapshots: dict[str, tuple[int, list[bytes]]] = {}
         self.watches: list[_Watch] = []
         self.after_list_page: Callable[[Request], None] | None = None  # a test's hook
@@ -410,6 +411,17 @@ class FakeKube:
 
     def _serve(self, h: BaseHTTPRequestHandler) -> None:
         url = urlsplit(h.path)
+        if url.path == "/readyz":  # public, as on a real server; not ready while "unavailable"
+            with self.cond:
+                self.readyz_probes += 1
+                ready = not self.unavailable
+            body = b"ok" if ready else b"[-]etcd failed: reason withheld\nreadyz check failed"
+            h.send_response(200 if ready else 503)
+            h.send_header("Content-Type", "text/plain")
+            h.send_header("Content-Length", str(len(body)))
+            h.end_headers()
+            h.wfile.write(body)
+            return
         params = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
         route = self._route(url.path)
         verb = "watch" if params.get("watch") in ("true", "1") else "list"

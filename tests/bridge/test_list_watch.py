@@ -251,6 +251,55 @@ def test_outage_is_retried_with_capped_exponential_backoff(kube, api):
     assert stream.counts["retries"] >= 5
 
 
+def test_a_server_back_from_an_outage_gets_every_watch_at_once_not_after_the_grown_backoff(kube, api, caplog):
+    """Issue 29: while the server is down the retry delay grows (here to 8 s); once
+    /readyz answers again, every watch retries within a probe interval, and the outage is
+    still logged once and its end once per watch."""
+    import logging
+
+    caplog.set_level(logging.INFO, logger="faultline.bridge")
+    kube.create("pods", pod("p"))
+    sink = MemorySink()
+    running = Running(Bridge(api, sink, settings(kinds="Pod,Event", backoff_initial=1.0, backoff_max=8.0)))
+    wait_for(lambda: all(w.progress.live for w in running.bridge.watches), what="both watches live")
+    kube.set_unavailable(True)  # lists, watches and /readyz answer 503
+    wait_for(lambda: all(w.counts["retries"] >= 3 for w in running.bridge.watches), timeout=20, what="three failures each")
+    kube.update("pods", "ml", "p", bump)
+    back = time.monotonic()
+    kube.set_unavailable(False)
+    wait_for(lambda: len(sink.records) == 2 and all(w.progress.live for w in running.bridge.watches), timeout=10, what="both watches back")
+    elapsed = time.monotonic() - back
+    running.stop()
+    # A probe interval (0.5 s), the re-watch and a quiet moment (0.5 s), where the next delay was 4-8 s.
+    assert elapsed < 2.0, f"{elapsed:.2f}s after the server was ready again"
+    assert all(w.counts["comebacks"] == 1 for w in running.bridge.watches)
+    assert running.bridge.probe.probes < 60  # one probe every 0.5 s for the bridge, not one per watch per poll
+    messages = [r.getMessage() for r in caplog.records]
+    for name in ("Pod", "Event"):
+        assert len([m for m in messages if m.startswith(f"{name} (all namespaces): HTTP 503") or
+                    (m.startswith(f"{name} (all namespaces):") and "retrying with backoff" in m)]) == 1, messages
+        assert len([m for m in messages if m.startswith(f"{name} (all namespaces): recovered after")]) == 1, messages
+
+
+def test_a_server_that_is_ready_but_refuses_one_resource_keeps_the_backoff(kube, api):
+    """/readyz says ready throughout: no comeback, so the 503s of one resource are retried
+    with the backoff, not at every probe."""
+    kube.create("pods", pod("p"))
+    sink = MemorySink()
+    running = Running(Bridge(api, sink, settings(kinds="Pod", backoff_initial=0.4, backoff_max=3.0)))
+    wait_for(lambda: len(sink.records) == 1)
+    before = len(kube.requests_of("watch", "pods")) + len(kube.requests_of("list", "pods"))
+    kube.set_unavailable_for("pods", True)
+    time.sleep(3.0)
+    tries = len(kube.requests_of("watch", "pods")) + len(kube.requests_of("list", "pods")) - before
+    kube.set_unavailable_for("pods", False)
+    wait_for(lambda: running.bridge.watches[0].progress.live, what="the watch back")
+    running.stop()
+    # Delays 0.2-0.4, 0.4-0.8, 0.8-1.6, 1.5-3: at most 5 tries in 3 s (a probe every 0.5 s would be 6+).
+    assert tries <= 5, tries
+    assert running.bridge.watches[0].counts["comebacks"] == 0
+
+
 @pytest.mark.parametrize("gone_as", ["event", "http"])
 def test_relist_after_gone_publishes_net_changes_deletions_and_a_gap(kube_factory, api_factory, gone_as):
     kube = kube_factory(gone_as=gone_as)
