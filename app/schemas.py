@@ -10,6 +10,7 @@ from app.bridge.records import BridgeGap, BridgePosition
 from app.model.envelope import Envelope
 from app.model.fleet_records import DERIVED_RECORD_TYPES
 from app.model.records import ClassifiedFailure, DeadLetter, Fault, GangTransition
+from app.model.records_v1 import V1_RECORD_TYPES
 
 RECORD_TYPES: tuple[type, ...] = (
     Envelope,
@@ -20,6 +21,7 @@ RECORD_TYPES: tuple[type, ...] = (
     *DERIVED_RECORD_TYPES,
     BridgeGap,
     BridgePosition,
+    *V1_RECORD_TYPES,  # frozen: what older faultline wrote (docs/rules.md, *Records v2*)
 )
 
 

@@ -1,5 +1,7 @@
-"""Stage 2, keyed by attempt key: join an attempt's pods, their faults and its tracked
-resource, and keep its verdicts current (SPEC R4–R8).
+"""Stage 2, keyed by the attempt's join key (the attempt key, or for a workload the
+object its pods name, SPEC R13.4): join an attempt's pods, their faults and its tracked
+resource, and keep its verdicts current (SPEC R4–R8). Verdicts are keyed by the attempt
+key (`AttemptState.identity`), whatever the state's key.
 
 The verdicts are a pure function of the state (`verdicts_of`), so the final verdict
 depends only on the set of facts seen, never on their order (R7.1). The attempt's
@@ -15,7 +17,7 @@ from datetime import datetime, timezone
 
 import msgspec
 
-from app.core.attempt import AttemptId
+from app.core.attempt import AttemptId, pod_route
 from app.core.bounds import DROPPED_GENERATIONS, restarts_seen
 from app.core.child_pods import has_succeeded, is_selected
 from app.core.emit import Emit, dropped
@@ -38,8 +40,9 @@ REVISIONS_KEPT = 20  # verdict revisions kept per attempt, for its evidence
 class AttemptState(msgspec.Struct, frozen=True):
     """One attempt's state; folds return a new one (see PodState)."""
 
-    key: str
+    key: str  # the join key (R13.4)
     last_activity: datetime
+    identity: AttemptId | None = None  # which attempt: from the tracked object, or the pod task's pod
     job: JobFacts | None = None
     job_failed_seen_at: datetime | None = None  # R5.2: first record that showed the failure
     restart_seen_at: dict[int, datetime] = {}  # R8.1: generation N -> when restarts passed N
@@ -60,11 +63,6 @@ class _Verdict(msgspec.Struct, frozen=True):
     failed_at: datetime
     outcome: Outcome
     carried: tuple[str, ...]
-
-
-def attempt_id_of(key: str) -> AttemptId:
-    cluster, namespace, run, action, attempt = key.split("/")
-    return AttemptId(cluster=cluster, namespace=namespace, run=run, action=action, attempt=attempt)
 
 
 # --- faults that may explain a pod's failure (R4, R5) -------------------------------------
@@ -92,7 +90,9 @@ def _carried_line(label: str, outcome: Outcome) -> str:
 
 
 def _crd_verdicts(state: AttemptState, job: JobFacts, rules: Rules) -> list[_Verdict]:
-    tracked = ObjectRef(kind=job.kind, name=job.name, uid=job.uid)
+    # R13.3: a workload attempt's verdict names its object (a TrainJob for its JobSet).
+    workload = job.attempt.tracked if job.attempt is not None else None
+    tracked = workload or ObjectRef(kind=job.kind, name=job.name, uid=job.uid)
     verdicts: list[_Verdict] = []
     carried: list[str] = []
     for generation in sorted(g for g in state.restart_seen_at if g < job.restarts):
@@ -121,8 +121,9 @@ def _creation_order(pod: PodFacts) -> tuple:
     return pod.created_at or _EPOCH, pod.name, pod.uid
 
 
-def _pod_task_verdicts(state: AttemptState, rules: Rules) -> list[_Verdict]:
-    tries = sorted((p for p in state.pods.values() if not p.is_child), key=_creation_order)
+def _pod_task_verdicts(state: AttemptState, rules: Rules, bare: bool) -> list[_Verdict]:
+    # A bare pod's state holds that pod alone (its key has its uid, R13.3), whatever its labels.
+    tries = sorted((p for p in state.pods.values() if bare or not p.is_child), key=_creation_order)
     verdicts: list[_Verdict] = []
     carried: list[str] = []
     for index, pod in enumerate(tries):
@@ -142,22 +143,26 @@ def verdicts_of(state: AttemptState, rules: Rules) -> list[_Verdict]:
     """Every verdict the attempt's facts support now, in emission order."""
     if state.job is not None:
         return _crd_verdicts(state, state.job, rules)
-    return _pod_task_verdicts(state, rules)
+    ident = state.identity
+    if ident is None or ident.kind not in ("", "Pod"):
+        return []  # R13.4: a workload's pods alone are no verdict; its tracked object's failure is
+    return _pod_task_verdicts(state, rules, bare=ident.kind == "Pod")
 
 
-def _record(key: str, verdict: _Verdict, revision: int, rules: Rules) -> ClassifiedFailure:
-    ident = attempt_id_of(key)
+def _record(ident: AttemptId, verdict: _Verdict, revision: int, rules: Rules) -> ClassifiedFailure:
     outcome = verdict.outcome
     reasons = list(verdict.carried)
     if outcome.pod_reason:
         reasons.append(outcome.pod_reason)
+    labels = ident.identity == "labels"
     return ClassifiedFailure(
-        key=key,
+        key=ident.key,
         cluster=ident.cluster,
         namespace=ident.namespace,
-        run=ident.run,
-        action=ident.action,
-        attempt=ident.attempt,
+        identity=ident.identity,
+        run=ident.run if labels else None,
+        action=ident.action if labels else None,
+        attempt=ident.attempt if labels else None,
         tracked=verdict.tracked,
         generation=verdict.generation,
         terminal=verdict.terminal,
@@ -180,7 +185,11 @@ def _absorb(state: AttemptState, fact: AttemptFact, rules: Rules) -> tuple[Attem
     """The state with `fact` taken in, and how many generations it dropped (R11.5)."""
     last_activity = max(state.last_activity, fact.observed_at)
     if isinstance(fact, PodFacts):
-        return msgspec.structs.replace(state, pods={**state.pods, fact.uid: fact}, last_activity=last_activity), 0
+        identity = state.identity
+        if identity is None:  # the pod may say which attempt it is (labels, a bare pod, R13.1)
+            route = pod_route(fact, rules)
+            identity = route.attempt if route is not None else None
+        return msgspec.structs.replace(state, pods={**state.pods, fact.uid: fact}, identity=identity, last_activity=last_activity), 0
     previous = state.job
     failed_seen_at = state.job_failed_seen_at
     if fact.failure is not None and (previous is None or previous.failure is None) and failed_seen_at is None:
@@ -191,7 +200,12 @@ def _absorb(state: AttemptState, fact: AttemptFact, rules: Rules) -> tuple[Attem
         # R8.1: generation N died when restarts first passed N, without the JobSet failing.
         restart_seen_at, lost = restarts_seen(restart_seen_at, last_restarts, fact.restarts, fact.observed_at, rules)
     state = msgspec.structs.replace(
-        state, job=fact, job_failed_seen_at=failed_seen_at, restart_seen_at=restart_seen_at, last_activity=last_activity
+        state,
+        identity=fact.attempt or state.identity,  # the tracked object knows its attempt (R13.4)
+        job=fact,
+        job_failed_seen_at=failed_seen_at,
+        restart_seen_at=restart_seen_at,
+        last_activity=last_activity,
     )
     return state, lost
 
@@ -212,22 +226,22 @@ def fold_attempt(
     emits = dropped(DROPPED_GENERATIONS, lost)
     if not _may_have_failed(state):
         return state, emits
-    verdicts = verdicts_of(state, rules)
-    if not verdicts:
+    ident = state.identity
+    verdicts = verdicts_of(state, rules) if ident is not None else []
+    if ident is None or not verdicts:
         return state, emits
     counted = {f"{v.tracked.uid}/{v.generation}": _counted(v) for v in verdicts}
     if counted != state.counted:
-        ident = attempt_id_of(key)
         emits = [*emits, *failure_changes(ident.cluster, ident.namespace, fact.observed_at, state.counted, counted, rules)]
         state = msgspec.structs.replace(state, counted=counted)
     last = state.emitted
     revision = last.revision + 1 if last is not None else 0
-    record = _record(key, verdicts[-1], revision, rules)
+    record = _record(ident, verdicts[-1], revision, rules)
     if last is not None and msgspec.structs.replace(last, revision=revision) == record:
         return state, emits  # R7.2: an identical recomputation emits no verdict
     step = (record.revision, record.code, record.kind, record.generation, record.terminal, record.failed_at)
     state = msgspec.structs.replace(state, emitted=record, revisions=(*state.revisions, step)[-REVISIONS_KEPT:])
-    return state, [Emit(CLASSIFIED_FAILURES, key, record), *emits]
+    return state, [Emit(CLASSIFIED_FAILURES, record.key, record), *emits]
 
 
 def _counted(v: _Verdict) -> Counted:

@@ -28,7 +28,11 @@ def declared_primary(annotations: dict[str, str]) -> str:
 
 def is_selected(job: JobFacts, pod: PodFacts, generation: int) -> bool:
     """R4.2: the operator's own label on top of the attempt labels (the caller joins
-    by attempt key, so the four attempt labels already match, R4.6)."""
+    by attempt key, so the four attempt labels already match, R4.6). R13.4: a workload's
+    pods are joined by the uid they name, then selected the same way; a batch Job's
+    are all its pods (joined by its controller uid)."""
+    if job.kind == "Job":
+        return pod.namespace == job.namespace  # by label or by ownerReference alone
     if pod.namespace != job.namespace or not pod.is_child:
         return False
     labels = pod.labels

@@ -7,7 +7,9 @@ from datetime import datetime
 
 import msgspec
 
-from app.core.attempt_stage import AttemptState, attempt_id_of
+from collections.abc import Mapping
+
+from app.core.attempt_stage import AttemptState
 from app.model.records import ClassifiedFailure, ErrorKind, Fault
 
 
@@ -31,7 +33,7 @@ class VerdictStep(msgspec.Struct, frozen=True):
 
 
 class AttemptEvidence(msgspec.Struct, frozen=True):
-    key: str
+    key: str  # the attempt key (SPEC R1, R13.3)
     cluster: str
     namespace: str
     current: ClassifiedFailure | None
@@ -40,21 +42,33 @@ class AttemptEvidence(msgspec.Struct, frozen=True):
     verdicts: list[VerdictStep]  # revisions, oldest first
 
 
+def attempt_state(states: Mapping[str, AttemptState], attempt_key: str) -> AttemptState | None:
+    """The attempt stage's state of an attempt, by its attempt key: most are kept under
+    it; a TrainJob's under its JobSet's key and a RayJob's under its RayCluster's (SPEC
+    R13.4), found by the identity the state carries (a scan: for the embedded runner's
+    page, one attempt at a time)."""
+    state = states.get(attempt_key)
+    if state is not None and state.identity is not None and state.identity.key == attempt_key:
+        return state
+    return next((s for s in states.values() if s.identity is not None and s.identity.key == attempt_key), None)
+
+
 def evidence_of(attempt: AttemptState | None, rules_version: str) -> AttemptEvidence | None:
-    """While the attempt stage keeps the attempt's state (R7.4: its retention)."""
-    if attempt is None:
+    """While the attempt stage keeps the attempt's state (R7.4: its retention); None
+    before anything said which attempt it is (a JobSet's pods before the JobSet)."""
+    if attempt is None or attempt.identity is None:
         return None
-    ident = attempt_id_of(attempt.key)
+    ident = attempt.identity
     faults: list[Fault] = []
     pods = []
     for pod in attempt.pods.values():
         pods.append(PodEvidence(pod.name, pod.uid, pod.node_name, pod.phase + (" (deleted)" if pod.deleted else ""), len(pod.faults)))
         for attributed in pod.faults:
             key = f"{ident.cluster}/{attributed.event_uid}"
-            faults.append(Fault(key, ident.cluster, ident.namespace, attributed.event_uid, attempt.key, attributed.fault, rules_version))
+            faults.append(Fault(key, ident.cluster, ident.namespace, attributed.event_uid, ident.key, attributed.fault, rules_version))
     faults.sort(key=lambda f: (f.fault.first_seen, f.fault.pod.name, f.event_uid))
     return AttemptEvidence(
-        key=attempt.key,
+        key=ident.key,
         cluster=ident.cluster,
         namespace=ident.namespace,
         current=attempt.emitted,

@@ -1,8 +1,9 @@
 """The Kueue preemption / readmission state machine of one JobSet (SPEC R9).
 
 One fold per JobSet, keyed by `gang_key` (cluster + JobSet uid), over the JobSet's records
-(k8s.jobs) and its Workloads' records (k8s.workloads); one `faultline.GangTransition/v1`
-per state change (R9.11).
+(k8s.jobs) and its Workloads' records (k8s.workloads); one `faultline.GangTransition/v2`
+per state change (R9.11), keyed as v1 under the orchestrator's labels and by the
+workload attempt key otherwise (R15.6, `attempt.gang_attempt`).
 
 Order independence (R7.1). The two topics interleave arbitrarily; records of one object
 arrive in order. Deciding on each arrival is not order independent, so the fold keeps each
@@ -63,6 +64,7 @@ from typing import Literal, NamedTuple
 import msgspec
 
 from app.core import kueue
+from app.core.attempt import gang_attempt
 from app.core.bounds import Trim
 from app.core.emit import Emit
 from app.core.fleet_inputs import gang_change
@@ -72,7 +74,7 @@ from app.model.decode import TypedEnvelope
 from app.model.envelope import JOBS, WORKLOADS, ChangeType
 from app.model.facts import GANG_INPUTS, GangInput
 from app.model.k8s import Condition, Job, Timestamp, Workload
-from app.model.records import GANG_EVICTED, GANG_TRANSITIONS, EvictionCause, GangState, GangTransition, PodRef, Retry
+from app.model.records import GANG_EVICTED, GANG_TRANSITIONS, EvictionCause, GangState, GangTransition, Identity, ObjectRef, PodRef, Retry
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 TERMINAL: frozenset[GangState] = frozenset({"Ended", "Completed"})
@@ -136,6 +138,10 @@ class JobSetTrack(msgspec.Struct, frozen=True, gc=False):
     attempt: str | None
     queue: str | None = None  # the kueue.x-k8s.io/queue-name label
     views: tuple[JobSetView, ...] = ()
+    # R15.6: the transitions' key, identity and tracked object (app/core/attempt.py gang_attempt).
+    key: str = ""
+    identity: Identity = "labels"
+    tracked: ObjectRef | None = None
 
 
 class WorkloadTrack(msgspec.Struct, frozen=True, gc=False):
@@ -425,7 +431,11 @@ def _add_jobset(track: JobSetTrack | None, record: GangInput, jobset: Job, rules
     labels = jobset.metadata.labels
     keys = rules.labels
     views = _compact(track.views if track is not None else (), _jobset_view(record, jobset, rules, trim))
+    key, identity, tracked = gang_attempt(record.cluster, jobset, rules, trim)
     return JobSetTrack(
+        key=key,
+        identity=identity,
+        tracked=tracked,
         name=jobset.metadata.name,
         namespace=jobset.metadata.namespace,
         run=labels.get(keys.run),
@@ -678,16 +688,19 @@ def _transition(state: GangStateData, old: Status | None, new: Status, rules: Ru
     """R9.11."""
     track = state.jobset
     assert track is not None
-    key = f"{state.cluster}/{track.namespace}/{track.name}"
+    key = track.key or f"{state.cluster}/{track.namespace}/{track.name}"  # a state written before R13: v1's key
+    identity: Identity = track.identity if track.key else "labels"
     value = GangTransition(
         key=key,
         cluster=state.cluster,
         namespace=track.namespace,
+        identity=identity,
         jobset=PodRef(name=track.name, uid=state.uid),
         workload=new.workload,
-        run=track.run,
-        action=track.action,
-        attempt=track.attempt,
+        run=track.run if identity == "labels" else None,
+        action=track.action if identity == "labels" else None,
+        attempt=track.attempt if identity == "labels" else None,
+        tracked=track.tracked or ObjectRef(kind=JOBSET_KIND, name=track.name, uid=state.uid),
         queue=track.queue,
         from_=old.state if old is not None else "Pending",
         to=new.state,

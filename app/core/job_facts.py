@@ -1,14 +1,14 @@
-"""Tracked CRDs into the attempt stage: a stateless map from a Job record to its facts,
-keyed by attempt key (SPEC R1, R6.1); a JobSet goes to its gang as well (R9)."""
+"""Tracked objects into the attempt stage: a stateless map from a k8s.jobs record to its
+facts, keyed by the attempt stage's key (SPEC R1, R6.1, R13.4); a JobSet goes to its
+gang as well (R9)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from app.core.attempt import attempt_of
+from app.core.attempt import job_attempt
 from app.core.bounds import Trim
 from app.core.clock import require_in_range
-from app.core.child_pods import TRACKED_GROUPS, TRACKED_KINDS
 from app.core.emit import Emit
 from app.core.gang import gang_input_of
 from app.core.progress import Watermarks
@@ -16,11 +16,13 @@ from app.core.rules import Rules
 from app.core.verdict import crd_failure_of, is_completed
 from app.model.decode import TypedEnvelope
 from app.model.envelope import ChangeType
-from app.model.facts import ATTEMPT_FACTS, CrdFailure, JobFacts
+from app.model.facts import ATTEMPT_FACTS, AttemptId, CrdFailure, JobFacts
 from app.model.k8s import Job
 
 
-def job_facts_of(change: ChangeType, observed_at: datetime, cluster: str, job: Job, trim: Trim, rules: Rules) -> JobFacts:
+def job_facts_of(
+    change: ChangeType, observed_at: datetime, cluster: str, job: Job, attempt: AttemptId, trim: Trim, rules: Rules
+) -> JobFacts:
     failed = crd_failure_of(job)
     require_in_range((("the failed condition's lastTransitionTime", failed[1] if failed else None),), rules)
     return JobFacts(
@@ -30,6 +32,7 @@ def job_facts_of(change: ChangeType, observed_at: datetime, cluster: str, job: J
         uid=job.metadata.uid,
         kind=job.kind,
         observed_at=observed_at,
+        attempt=attempt,
         restarts=job.status.restarts,
         ray_cluster_name=job.status.ray_cluster_name,
         failure=CrdFailure(trim.token(failed[0].code), trim.message(failed[0].message), failed[1]) if failed else None,
@@ -39,15 +42,14 @@ def job_facts_of(change: ChangeType, observed_at: datetime, cluster: str, job: J
 
 
 def route_job(change: ChangeType, observed_at: datetime, cluster: str, job: Job, rules: Rules) -> list[Emit]:
-    """A tracked kind carrying all four attempt labels goes to its attempt; anything
-    else has no attempt and is never classified (R1)."""
-    if job.kind not in TRACKED_KINDS or job.api_version.partition("/")[0] not in TRACKED_GROUPS:
-        return []
-    attempt = attempt_of(cluster, job.metadata.namespace, job.metadata.labels, rules)
-    if attempt is None:
-        return []
+    """A tracked object goes to its attempt, under the orchestrator's labels (R1) or as a
+    workload attempt (R13); anything else has no attempt and is never classified."""
     trim = Trim(rules)
-    return [Emit(ATTEMPT_FACTS, attempt.key, job_facts_of(change, observed_at, cluster, job, trim, rules)), *trim.dropped()]
+    routed = job_attempt(cluster, job, rules, trim)
+    if routed is None:
+        return []
+    key, attempt = routed
+    return [Emit(ATTEMPT_FACTS, key, job_facts_of(change, observed_at, cluster, job, attempt, trim, rules)), *trim.dropped()]
 
 
 def route_job_record(_: None, __: str, envelope: TypedEnvelope[Job], rules: Rules, marks: Watermarks) -> tuple[None, list[Emit]]:

@@ -12,7 +12,7 @@ from datetime import datetime
 
 import msgspec
 
-from app.core.attempt import attempt_of, is_child_pod
+from app.core.attempt import is_child_pod, pod_route
 from app.core.bounds import DROPPED_FAULTS, Trim, kept_faults
 from app.core.child_pods import declared_primary
 from app.core.clock import require_in_range
@@ -21,6 +21,7 @@ from app.core.fault_events import FaultEvent, fault_event_of, is_trusted, merge_
 from app.core.fleet_inputs import fault_changes
 from app.core.progress import Watermarks
 from app.core.rules import Rules
+from app.core.workload import WORKLOAD_POD_LABELS, controller_of, requests_gpu
 from app.core.xid import XidTable
 from app.model.decode import TypedEnvelope
 from app.model.envelope import ChangeType
@@ -99,8 +100,10 @@ def pod_facts_of(
         name=meta.name,
         uid=meta.uid,
         observed_at=previous.observed_at if previous is not None else observed_at,
-        labels={k: labels[k] for k in rules.pod_labels_read if k in labels},
+        labels=_labels_read(labels, rules),
         is_child=is_child_pod(labels, rules),
+        owner=controller_of(meta, trim),
+        requests_gpu=requests_gpu(pod.spec, rules),
         primary_container=declared_primary(meta.annotations),
         containers=_containers(pod, trim),
         phase=pod.status.phase,
@@ -112,6 +115,13 @@ def pod_facts_of(
         failed_observed_at=failed_at,
         deleted=change == "DELETED" or (previous is not None and previous.deleted),
     )
+
+
+def _labels_read(labels: dict[str, str], rules: Rules) -> dict[str, str]:
+    """Only the labels the rules read (R1, R4.2, R13.4): the rest may be many, and long."""
+    if not labels:
+        return {}
+    return {k: labels[k] for keys in (rules.pod_labels_read, WORKLOAD_POD_LABELS) for k in keys if k in labels}
 
 
 def gpu_fault_of(event: FaultEvent, pod_name: str, node: str, table: XidTable) -> GpuFault:
@@ -161,7 +171,8 @@ def _forward(previous: PodFacts | None, facts: PodFacts, observed_at: datetime, 
     if facts == previous:
         return previous, []
     facts = msgspec.structs.replace(facts, observed_at=observed_at)
-    attempt = attempt_of(facts.cluster, facts.namespace, facts.labels, rules)
+    route = pod_route(facts, rules)  # R1, R13: where its attempt is joined, if anywhere
+    attempt = route.attempt if route is not None else None
     emits: list[Emit] = []
     old = {f.event_uid: f for f in previous.faults} if previous is not None else {}
     relabelled = previous is None or previous.labels != facts.labels
@@ -181,8 +192,8 @@ def _forward(previous: PodFacts | None, facts: PodFacts, observed_at: datetime, 
             rules_version=rules.version,
         )
         emits.append(Emit(FAULTS, key, fault))
-    if attempt is not None:
-        emits.append(Emit(ATTEMPT_FACTS, attempt.key, facts))
+    if route is not None:
+        emits.append(Emit(ATTEMPT_FACTS, route.key, facts))
     return facts, emits
 
 

@@ -87,7 +87,11 @@ def _true_condition(job: Job, type_: str):
 
 
 def crd_failure_of(job: Job) -> tuple[BaseFailure, datetime | None] | None:
-    """R6.1 CRDs: (base failure, the failed condition's lastTransitionTime or None)."""
+    """R6.1 CRDs, R13.5 batch Jobs: (base failure, the failed condition's
+    lastTransitionTime or None). A batch/v1 Job's `Failed` reasons are
+    BackoffLimitExceeded, DeadlineExceeded, PodFailurePolicy, MaxFailedIndexesExceeded,
+    FailedIndexes (kubernetes/api batch/v1/types.go, JobReason*); its earlier
+    `FailureTarget` condition is not the failure yet."""
     if job.kind == "RayJob":
         failed = _true_condition(job, "Failed")
         status = job.status
@@ -104,7 +108,8 @@ def crd_failure_of(job: Job) -> tuple[BaseFailure, datetime | None] | None:
 def is_completed(job: Job) -> bool:
     if job.kind == "RayJob":
         return job.status.job_status == "SUCCEEDED" or job.status.job_deployment_status == "Complete"
-    return _true_condition(job, "Succeeded") is not None or _true_condition(job, "Completed") is not None
+    # Kubeflow `Succeeded`, JobSet `Completed`, batch/v1 Job `Complete` (kubernetes/api batch/v1/types.go JobComplete).
+    return any(_true_condition(job, type_) is not None for type_ in ("Succeeded", "Completed", "Complete"))
 
 
 # --- R6.3–R6.7 faults ------------------------------------------------------------------

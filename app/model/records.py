@@ -77,15 +77,19 @@ class Fault(_Record, tag="faultline.Fault/v1", tag_field="schema"):
     rules_version: str
 
 
-class ClassifiedFailure(_Record, tag="faultline.ClassifiedFailure/v1", tag_field="schema"):
-    """`faultline.classified-failures`: the verdict for a failed attempt (SPEC R6.8)."""
+class ClassifiedFailure(_Record, tag="faultline.ClassifiedFailure/v2", tag_field="schema"):
+    """`faultline.classified-failures`: the verdict for a failed attempt (SPEC R6.8, R13.3).
+    v2 = v1 plus `identity`: `labels` (an orchestrator's attempt, R1: `run`, `action`,
+    `attempt` set) or `workload` (R13: those three null, `tracked` names the workload
+    object, e.g. the TrainJob, and `key` is `<cluster>/<namespace>/<Kind>/<name>/<uid>`)."""
 
     key: str
     cluster: str
     namespace: str
-    run: str
-    action: str
-    attempt: str
+    identity: Identity
+    run: str | None
+    action: str | None
+    attempt: str | None
     tracked: ObjectRef
     generation: int
     terminal: bool
@@ -135,17 +139,23 @@ class EvictionCause(_Record):
     message: str
 
 
-class GangTransition(_Record, tag="faultline.GangTransition/v1", tag_field="schema"):
-    """`faultline.gang-transitions`: one state change of a JobSet under Kueue (SPEC R9.11)."""
+class GangTransition(_Record, tag="faultline.GangTransition/v2", tag_field="schema"):
+    """`faultline.gang-transitions`: one state change of a JobSet under Kueue (SPEC R9.11,
+    R15.6). v2 = v1 plus `identity` and `tracked`: under `labels` the key is
+    `<cluster>/<namespace>/<JobSet name>` as in v1; under `workload` it is the workload
+    attempt key (R13.3) and `tracked` names the attempt's object (a TrainJob for its
+    JobSet, else the JobSet)."""
 
     key: str
     cluster: str
     namespace: str
+    identity: Identity
     jobset: PodRef
     workload: PodRef | None
     run: str | None
     action: str | None
     attempt: str | None
+    tracked: ObjectRef
     queue: str | None  # the JobSet's kueue.x-k8s.io/queue-name label (its LocalQueue)
     from_: GangState = msgspec.field(name="from")
     to: GangState

@@ -96,6 +96,7 @@ def verdict(
         key=key,
         cluster=CLUSTER,
         namespace=namespace,
+        identity="labels",
         run=run,
         action="train",
         attempt="1",
@@ -138,11 +139,13 @@ def transition(
         key=key,
         cluster=CLUSTER,
         namespace=namespace,
+        identity="labels",
         jobset=PodRef(name=jobset, uid=f"uid-{jobset}"),
         workload=PodRef(name=f"jobset-{jobset}-abc", uid=f"wl-{jobset}"),
         run="r",
         action="a",
         attempt="1",
+        tracked=ObjectRef(kind="JobSet", name=jobset, uid=f"uid-{jobset}"),
         queue=queue,
         from_=from_,  # type: ignore[arg-type]
         to=to,  # type: ignore[arg-type]

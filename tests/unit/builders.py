@@ -6,6 +6,7 @@ Every builder returns plain dicts in camelCase, so tests exercise the real decod
 from __future__ import annotations
 
 import itertools
+import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -35,6 +36,11 @@ def reset_ids() -> None:
 
 def uid(prefix: str = "uid") -> str:
     return f"{prefix}-{next(_uids):06d}"
+
+
+def kube_uid() -> str:
+    """A uid shaped as the API server makes them (a UUID), reproducible after `reset_ids`."""
+    return str(uuid.uuid5(uuid.NAMESPACE_OID, f"faultline-{next(_uids)}"))
 
 
 def attempt_labels(run: str = "run-abc", action: str = "a0", attempt: str = "1") -> dict[str, str]:
@@ -70,8 +76,12 @@ def pod(
     created: datetime = T0 - minutes(120),
     deletion: datetime | None = None,
     namespace: str = NS,
+    gpus: int = 8,
+    owners: list[dict] | None = None,
+    claims: bool = False,
 ) -> dict:
-    """A core/v1 Pod. `containers` maps name -> state dict (None: no status yet)."""
+    """A core/v1 Pod. `containers` maps name -> state dict (None: no status yet); each
+    container asks for `gpus` nvidia.com/gpu (0: none); `owners`: its ownerReferences."""
     containers = containers if containers is not None else {"main": running()}
     meta: dict[str, Any] = {
         "name": name,
@@ -86,14 +96,16 @@ def pod(
     if deletion is not None:
         meta["deletionTimestamp"] = ts(deletion)
         meta["deletionGracePeriodSeconds"] = 30
+    if owners:
+        meta["ownerReferences"] = owners
+    resources = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {"limits": {"cpu": "8", "memory": "64Gi"}}
     spec: dict[str, Any] = {
-        "containers": [
-            {"name": c, "image": "ghcr.io/acme/trainer:1.4", "resources": {"limits": {"nvidia.com/gpu": "8"}}}
-            for c in containers
-        ],
+        "containers": [{"name": c, "image": "ghcr.io/acme/trainer:1.4", "resources": resources} for c in containers],
         "restartPolicy": "Never",
         "schedulerName": "default-scheduler",
     }
+    if claims:
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "single-gpu"}]
     if node:
         spec["nodeName"] = node
     statuses = []
@@ -109,6 +121,11 @@ def pod(
     if message:
         status["message"] = message
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
+
+
+def owner(kind: str, name: str, owner_uid: str, api_version: str, controller: bool = True) -> dict:
+    """An ownerReference as a controller writes it."""
+    return {"apiVersion": api_version, "kind": kind, "name": name, "uid": owner_uid, "controller": controller, "blockOwnerDeletion": True}
 
 
 # --- events -------------------------------------------------------------------------------
@@ -220,6 +237,148 @@ def rayjob(name: str = "rj", *, cluster_name: str = "", job_status: str = "RUNNI
     if message:
         status["message"] = message
     return _crd("ray.io/v1", "RayJob", name, labels, status, job_uid)
+
+
+# --- workloads without an orchestrator (SPEC R13) ------------------------------------------
+
+
+def _meta(name: str, obj_uid: str, created: datetime, labels: dict | None = None, owners: list[dict] | None = None, namespace: str = NS) -> dict:
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": obj_uid, "resourceVersion": str(next(_uids)), "creationTimestamp": ts(created), "generation": 1}
+    if labels:
+        meta["labels"] = labels
+    if owners:
+        meta["ownerReferences"] = owners
+    return meta
+
+
+def trainjob(name: str, *, tj_uid: str | None = None, nodes: int = 2, created: datetime = T0 - minutes(130), conditions: list[dict] | None = None) -> dict:
+    """A Kubeflow Trainer v2 TrainJob (trainer.kubeflow.org/v1alpha1) on the torch runtime."""
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": _meta(name, tj_uid or kube_uid(), created, {"kueue.x-k8s.io/queue-name": "team-a"}),
+        "spec": {
+            "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": "ClusterTrainingRuntime", "name": "torch-distributed"},
+            "trainer": {"image": "ghcr.io/acme/llama-ft:2026.08", "numNodes": nodes, "resourcesPerNode": {"limits": {"nvidia.com/gpu": "8"}}},
+            "suspend": False,
+        },
+        "status": {"conditions": conditions or [], "jobsStatus": [{"name": "node", "ready": nodes, "succeeded": 0, "failed": 0, "active": nodes, "suspended": 0}]},
+    }
+
+
+def _template(labels: dict, gpus: int, container: str = "node") -> dict:
+    resources = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {"limits": {"cpu": "1", "memory": "1Gi"}}
+    return {"metadata": {"labels": labels}, "spec": {"containers": [{"name": container, "image": "ghcr.io/acme/llama-ft:2026.08", "resources": resources}], "restartPolicy": "OnFailure"}}
+
+
+def workload_jobset(
+    name: str,
+    *,
+    js_uid: str | None = None,
+    owner_of: dict | None = None,
+    replicated: str = "node",
+    replicas: int = 2,
+    restarts: int = 0,
+    conditions: list[dict] | None = None,
+    created: datetime = T0 - minutes(129),
+    suspend: bool = False,
+) -> dict:
+    """A JobSet without orchestrator labels: bare, or (`owner_of`: a TrainJob) built by
+    Kubeflow Trainer v2, which names it after the TrainJob and controls it
+    (kubeflow/trainer pkg/runtime/framework/plugins/jobset/jobset.go, Build)."""
+    owners = None
+    if owner_of is not None:
+        tj = owner_of["metadata"]
+        owners = [owner("TrainJob", tj["name"], tj["uid"], "trainer.kubeflow.org/v1alpha1")]
+    template = {"metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}} if owner_of else {}, "spec": {"parallelism": 1, "completions": 1, "backoffLimit": 0, "template": _template({}, 8)}}
+    status: dict[str, Any] = {"conditions": conditions or [], "restarts": restarts, "replicatedJobsStatus": [{"name": replicated, "ready": replicas, "succeeded": 0, "failed": 0, "active": replicas, "suspended": 0}]}
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": _meta(name, js_uid or kube_uid(), created, owners=owners),
+        "spec": {"suspend": suspend, "replicatedJobs": [{"name": replicated, "replicas": replicas, "template": template}], "failurePolicy": {"maxRestarts": 3}},
+        "status": status,
+    }
+
+
+def jobset_child_labels(js: dict, replicated: str = "node", index: int = 0, replicas: int = 2, restarts: int = 0, trainjob: bool = False) -> dict[str, str]:
+    """The labels the JobSet controller puts on a child Job and its pods
+    (kubernetes-sigs/jobset pkg/controllers/jobset_controller.go, labelAndAnnotateObject),
+    plus Trainer's runtime label on a TrainJob's."""
+    meta = js["metadata"]
+    labels = {
+        "jobset.sigs.k8s.io/jobset-name": meta["name"],
+        "jobset.sigs.k8s.io/jobset-uid": meta["uid"],
+        "jobset.sigs.k8s.io/replicatedjob-name": replicated,
+        "jobset.sigs.k8s.io/restart-attempt": str(restarts),
+        "jobset.sigs.k8s.io/replicatedjob-replicas": str(replicas),
+        "jobset.sigs.k8s.io/global-replicas": str(replicas),
+        "jobset.sigs.k8s.io/job-index": str(index),
+        "jobset.sigs.k8s.io/job-global-index": str(index),
+        "jobset.sigs.k8s.io/job-key": f"{meta['name']}-{replicated}-{index}-key",
+    }
+    if trainjob:
+        labels["trainer.kubeflow.org/trainjob-ancestor-step"] = "trainer"
+    return labels
+
+
+def batch_job(
+    name: str,
+    *,
+    job_uid: str | None = None,
+    gpus: int = 8,
+    owners: list[dict] | None = None,
+    labels: dict | None = None,
+    template_labels: dict | None = None,
+    completions: int = 1,
+    indexed: bool = False,
+    conditions: list[dict] | None = None,
+    created: datetime = T0 - minutes(128),
+    claims: bool = False,
+) -> dict:
+    """A batch/v1 Job as the API serves it (the Job controller's own labels on its template)."""
+    the_uid = job_uid or kube_uid()
+    own = {"batch.kubernetes.io/controller-uid": the_uid, "batch.kubernetes.io/job-name": name, "controller-uid": the_uid, "job-name": name}
+    template = _template({**(template_labels or {}), **own}, gpus, "main")
+    if claims:
+        template["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "single-gpu"}]
+    spec: dict[str, Any] = {
+        "parallelism": completions,
+        "completions": completions,
+        "backoffLimit": 0 if indexed else 6,
+        "selector": {"matchLabels": {"batch.kubernetes.io/controller-uid": the_uid}},
+        "manualSelector": False,
+        "podReplacementPolicy": "TerminatingOrFailed",
+        "suspend": False,
+        "template": template,
+    }
+    if indexed:
+        spec["completionMode"] = "Indexed"
+        spec["backoffLimitPerIndex"] = 0
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _meta(name, the_uid, created, labels, owners),
+        "spec": spec,
+        "status": {"conditions": conditions or [], "active": completions, "ready": completions, "startTime": ts(created), "uncountedTerminatedPods": {}},
+    }
+
+
+def job_pod_labels(job: dict, index: int | None = None, legacy_only: bool = False) -> dict[str, str]:
+    """The labels the Job controller puts on its pods (kubernetes/api batch/v1/types.go)."""
+    meta = job["metadata"]
+    labels = {"controller-uid": meta["uid"], "job-name": meta["name"]}
+    if not legacy_only:
+        labels |= {"batch.kubernetes.io/controller-uid": meta["uid"], "batch.kubernetes.io/job-name": meta["name"]}
+    if index is not None:
+        labels["batch.kubernetes.io/job-completion-index"] = str(index)
+    return labels
+
+
+def owned_by(obj: dict) -> list[dict]:
+    """ownerReferences naming `obj` as the controller."""
+    meta = obj["metadata"]
+    return [owner(obj["kind"], meta["name"], meta["uid"], obj["apiVersion"])]
 
 
 def child_labels(operator: dict[str, str], **attempt: str) -> dict[str, str]:

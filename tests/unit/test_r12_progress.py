@@ -116,7 +116,7 @@ def test_r12_5_an_object_timestamp_never_moves_stream_time() -> None:
     forged = b.event(pod, code=79, first=b.T0.replace(year=2099), last=b.T0.replace(year=2099))
     _feed(pipeline, b.record(forged, b.T0 + b.minutes(1), "ADDED"))
     late = b.T0 + pipeline.rules.retention * 2  # a record dated well past the retention...
-    _feed(pipeline, b.record(b.pod("tick", labels={}, containers={"main": b.running(late)}), late, "ADDED"))
+    _feed(pipeline, b.record(b.pod("tick", labels={}, gpus=0, containers={"main": b.running(late)}), late, "ADDED"))
     assert pipeline.states["attempts"] == {}  # ...expires the finished attempt; 2099 played no part
     assert pipeline.clock(pipeline_stage("attempts"), b.CLUSTER) == late
 
@@ -128,7 +128,7 @@ def test_r12_5_stream_time_is_the_watermark_once_there_is_one() -> None:
     for topic in SOURCE_TOPICS:
         _feed(pipeline, b.progress(topic, b.T0 + b.minutes(10)))
     late = b.T0 + pipeline.rules.retention * 2
-    _feed(pipeline, b.record(b.pod("tick", labels={}, containers={"main": b.running(late)}), b.T0 + b.minutes(55), "ADDED"))
+    _feed(pipeline, b.record(b.pod("tick", labels={}, gpus=0, containers={"main": b.running(late)}), b.T0 + b.minutes(55), "ADDED"))
     # The record says "55 minutes in", the watermark "10 minutes in": the state stays.
     assert len(pipeline.states["attempts"]) == 1
     assert pipeline.clock(pipeline_stage("attempts"), b.CLUSTER) == b.T0 + b.minutes(10)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from app.core.rules import Rules
 from tests.unit.builders import (
     T0,
     attempt_labels,
@@ -25,6 +26,14 @@ from tests.unit.builders import (
 from tests.unit.scenario import final_verdicts, only_verdict
 
 pytestmark = pytest.mark.usefixtures("driver")  # every rule through every driver
+
+LABELS_ONLY = Rules(workload_identity=False)  # R13.1: orchestrator labels only, as before R13
+
+
+def labelled(records: list[dict]) -> dict:
+    """Verdicts of attempts named by the orchestrator's labels (R1); without them an
+    object may still be a workload attempt (R13.1), which R1 does not speak of."""
+    return {k: v for k, v in final_verdicts(records).items() if v.identity == "labels"}
 
 
 def crd_failure(job, failed_job, pods_and_faults, *, failed_at=T0):
@@ -62,20 +71,25 @@ def test_r1_resource_missing_an_attempt_label_is_never_classified():
         del labels[missing]
         p = pod(labels=labels)
         failed = updated(p, phase="Failed", containerStatuses=[{"name": "main", "state": terminated(1)}])
-        assert final_verdicts([record(p, T0 - minutes(5)), record(event(p), T0 - minutes(1)), record(failed, T0)]) == {}
+        records = [record(p, T0 - minutes(5)), record(event(p), T0 - minutes(1)), record(failed, T0)]
+        assert labelled(records) == {} and final_verdicts(records, LABELS_ONLY) == {}
     # S43: a CRD without its run label has no attempt, and so credits no pod.
     labels = attempt_labels()
     del labels["run"]
     js = jobset(labels=labels)
     worker = pod("js-workers-0-0", labels=jobset_pod_labels())
-    assert final_verdicts(crd_failure(js, failed_jobset(js), [(worker, [event(worker)])])) == {}
+    records = crd_failure(js, failed_jobset(js), [(worker, [event(worker)])])
+    assert labelled(records) == {} and final_verdicts(records, LABELS_ONLY) == {}
+    # As a workload attempt (R13) the JobSet names only what its own pods show: not the labelled worker.
+    assert [(v.identity, v.gpu_fault) for v in final_verdicts(records).values()] == [("workload", None)]
 
 
 def test_r1_managed_label_must_be_true():
     labels = {**attempt_labels(), "flyte.org/managed": "false"}
     p = pod(labels=labels)
     failed = updated(p, phase="Failed", containerStatuses=[{"name": "main", "state": terminated(1)}])
-    assert final_verdicts([record(p, T0 - minutes(5)), record(failed, T0)]) == {}
+    records = [record(p, T0 - minutes(5)), record(failed, T0)]
+    assert labelled(records) == {} and final_verdicts(records, LABELS_ONLY) == {}
 
 
 # --- R4 ------------------------------------------------------------------------------------

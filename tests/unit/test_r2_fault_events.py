@@ -16,6 +16,7 @@ from tests.unit.builders import (
     T0,
     event,
     minutes,
+    owner,
     pod,
     record,
     running,
@@ -231,6 +232,7 @@ def test_r2_6_every_trusted_fault_is_published_with_pod_and_attempt_even_without
 
 
 def test_r2_6_fault_of_a_pod_without_attempt_is_published_with_null_attempt():
-    p = pod("loose", labels={"app": "x"})
+    # A ReplicaSet's pod (SPEC R13.2: no attempt of any kind).
+    p = pod("loose", labels={"app": "x"}, owners=[owner("ReplicaSet", "loose-7d9f", "rs-1", "apps/v1")])
     published = faults([record(p, T0 - minutes(5), "ADDED"), record(event(p), T0 - minutes(1), "ADDED")])
     assert len(published) == 1 and published[0].attempt is None

@@ -257,10 +257,10 @@ def test_r6_8_record_carries_every_field_in_contract_order():
     verdict = pod_task(exited(1), [(79, "critical", 1)])
     body = msgspec.json.decode(msgspec.json.encode(verdict))
     assert list(body) == [
-        "schema", "key", "cluster", "namespace", "run", "action", "attempt", "tracked", "generation", "terminal",
+        "schema", "key", "cluster", "namespace", "identity", "run", "action", "attempt", "tracked", "generation", "terminal",
         "failed_at", "code", "kind", "message", "gpu_fault", "faulted_pod", "reasons", "revision", "rules_version",
     ]  # fmt: skip
-    assert body["schema"] == "faultline.ClassifiedFailure/v1"
+    assert body["schema"] == "faultline.ClassifiedFailure/v2" and body["identity"] == "labels"
     assert list(body["gpu_fault"]) == [
         "kind", "code", "name", "severity", "gpu_uuid", "gpu_index", "pci_bus_id", "node", "pid", "process",
         "first_seen", "last_seen", "count", "pod",

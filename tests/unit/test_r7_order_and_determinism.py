@@ -116,7 +116,7 @@ def test_r7_4_attempt_state_is_dropped_after_retention_in_stream_time():
     assert len(pipeline.states["attempts"]) == 1 and len(pipeline.states["pods"]) == 1
 
     def tick(at):
-        other = pod("other", labels={"app": "unrelated"})
+        other = pod("other", labels={"app": "unrelated"}, gpus=0)
         pipeline.feed("k8s.pods", other["metadata"]["uid"], orjson.dumps(record(other, at)["value"]))
 
     tick(T0 + timedelta(hours=5, minutes=55))

@@ -409,15 +409,17 @@ def test_r9_11_transition_record_fields() -> None:
     suspended_at = world.jobset_records()[-2]["value"]["observed_at"]
     encoded = msgspec.json.decode(msgspec.json.encode(waiting))
     assert encoded == {
-        "schema": "faultline.GangTransition/v1",
+        "schema": "faultline.GangTransition/v2",
         "key": f"{CLUSTER}/{NAMESPACE}/{JOBSET_NAME}",
         "cluster": CLUSTER,
         "namespace": NAMESPACE,
+        "identity": "labels",
         "jobset": {"name": JOBSET_NAME, "uid": JOBSET_UID},
         "workload": {"name": f"jobset-{JOBSET_NAME}-3f9a2", "uid": WORKLOAD_UID},
         "run": "run-abc",
         "action": "a0",
         "attempt": "1",
+        "tracked": {"kind": "JobSet", "name": JOBSET_NAME, "uid": JOBSET_UID},
         "queue": "team-a",
         "from": "Running",
         "to": "WaitingForReadmission",
