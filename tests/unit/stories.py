@@ -8,20 +8,28 @@ from datetime import datetime
 from tests.unit.builders import (
     T0,
     attempt_labels,
+    batch_job,
     condition,
     event,
+    job_pod_labels,
     jobset,
+    jobset_child_labels,
     jobset_pod_labels,
+    kube_uid,
     kubeflow,
     kubeflow_pod_labels,
     minutes,
+    owned_by,
+    owner,
     pod,
     ray_pod_labels,
     rayjob,
     record,
     running,
     terminated,
+    trainjob,
     updated,
+    workload_jobset,
 )
 
 
@@ -195,4 +203,107 @@ STORIES = {
     "late-fault": late_fault,
     "pod-task-xid143": pod_task_xid143,
     "slow-burn": slow_burn,
+}
+
+
+# --- workloads without an orchestrator (SPEC R13) ------------------------------------------
+
+
+def _job_pod(job: dict, name: str, index: int, node: str, t0: datetime, extra: dict[str, str] | None = None, container: str = "node") -> dict:
+    """A pod of a batch Job, as the Job controller makes it: its labels and ownerReference."""
+    labels = {**(extra or {}), **job_pod_labels(job, index)}
+    return pod(name, pod_uid=kube_uid(), labels=labels, owners=owned_by(job), node=node, containers={container: running(t0 - minutes(40))}, created=t0 - minutes(41))
+
+
+def trainjob_fell_off_the_bus(run: str = "llama-ft", t0: datetime = T0) -> list[dict]:
+    """A Kubeflow Trainer v2 TrainJob on two nodes: Trainer makes a JobSet of the same name,
+    the JobSet a Job per node, each Job one pod. Node 1's GPU falls off the bus (Xid 79);
+    its pod fails, its Job fails, the JobSet fails (FailedJobs) and Trainer copies that
+    condition into the TrainJob."""
+    tj = trainjob(run, created=t0 - minutes(50))
+    js = workload_jobset(run, owner_of=tj, created=t0 - minutes(50))
+    out = [record(tj, t0 - minutes(50), "ADDED"), record(js, t0 - minutes(50), "ADDED")]
+    jobs, pods = [], []
+    for i in range(2):
+        labels = jobset_child_labels(js, index=i, trainjob=True)
+        job = batch_job(f"{run}-node-{i}", owners=owned_by(js), labels=labels, template_labels=labels, created=t0 - minutes(49))
+        jobs.append(job)
+        pods.append(_job_pod(job, f"{run}-node-{i}-0-{'x7k2p' if i else 'q4m8d'}", 0, f"gpu-{50 + i}", t0, labels))
+        out.append(record(job, t0 - minutes(49), "ADDED"))
+    out += [record(p, t0 - minutes(40), "ADDED") for p in pods]
+    out.append(record(event(pods[1], code=79, first=t0 - minutes(1.5), reporting="gpu-51"), t0 - minutes(1.5), "ADDED"))
+    out.append(record(_failed(pods[1], 137, t0 - minutes(0.5), "Error"), t0 - minutes(0.4)))
+    failed_job = updated(jobs[1], conditions=[condition("FailureTarget", "BackoffLimitExceeded", "Job has reached the specified backoff limit", t0 - minutes(0.3)), condition("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit", t0 - minutes(0.3))])
+    out.append(record(failed_job, t0 - minutes(0.3)))
+    failed = condition("Failed", "FailedJobs", "jobset failed due to one or more job failures", t0)
+    out.append(record(updated(js, conditions=[failed], terminalState="Failed"), t0 + minutes(0.05)))
+    out.append(record(updated(tj, conditions=[{**failed, "type": "Failed"}]), t0 + minutes(0.1)))
+    out += [record(_failed(pods[0], 143, t0 + minutes(0.2), "Error"), t0 + minutes(0.2))]
+    return out
+
+
+def bare_jobset_fell_off_the_bus(run: str = "sweep-lr", t0: datetime = T0) -> list[dict]:
+    """A bare JobSet (no orchestrator, no TrainJob): one worker's GPU falls off the bus."""
+    js = workload_jobset(run, replicated="workers", created=t0 - minutes(30))
+    out = [record(js, t0 - minutes(30), "ADDED")]
+    pods = []
+    for i in range(2):
+        labels = jobset_child_labels(js, replicated="workers", index=i)
+        job = batch_job(f"{run}-workers-{i}", owners=owned_by(js), labels=labels, template_labels=labels, created=t0 - minutes(29))
+        out.append(record(job, t0 - minutes(29), "ADDED"))
+        pods.append(_job_pod(job, f"{run}-workers-{i}-0-{'b8v2n' if i else 'k3h9s'}", 0, f"gpu-{60 + i}", t0, labels))
+    out += [record(p, t0 - minutes(28), "ADDED") for p in pods]
+    out.append(record(event(pods[0], code=79, first=t0 - minutes(2), reporting="gpu-60"), t0 - minutes(2), "ADDED"))
+    out.append(record(_failed(pods[0], 1, t0 - minutes(0.5), "Error"), t0 - minutes(0.4)))
+    failed = condition("Failed", "FailedJobs", "jobset failed due to one or more job failures", t0)
+    out.append(record(updated(js, conditions=[failed], terminalState="Failed"), t0 + minutes(0.05)))
+    return out
+
+
+def indexed_job_ecc(run: str = "embed-shards", t0: datetime = T0) -> list[dict]:
+    """An indexed batch/v1 Job of four GPU pods (backoffLimitPerIndex 0): index 2 hits a
+    double-bit ECC error (Xid 48), its index fails, the Job fails (FailedIndexes)."""
+    job = batch_job(run, completions=4, indexed=True, created=t0 - minutes(20))
+    out = [record(job, t0 - minutes(20), "ADDED")]
+    pods = [_job_pod(job, f"{run}-{i}-{'abcd'[i]}9x2f", i, f"gpu-{70 + i}", t0, container="main") for i in range(4)]
+    out += [record(p, t0 - minutes(19), "ADDED") for p in pods]
+    out.append(record(event(pods[2], code=48, first=t0 - minutes(1), reporting="gpu-72"), t0 - minutes(1), "ADDED"))
+    out.append(record(_failed(pods[2], 1, t0 - minutes(0.5), "Error"), t0 - minutes(0.4)))
+    for p in (pods[0], pods[1], pods[3]):
+        out.append(record(_succeeded(p, t0 - minutes(0.2)), t0 - minutes(0.2)))
+    failed = condition("Failed", "FailedIndexes", "Job has failed indexes", t0)
+    out.append(record(updated(job, conditions=[{**failed, "type": "FailureTarget"}, failed], failedIndexes="2", active=0, ready=0), t0 + minutes(0.05)))
+    return out
+
+
+def bare_pod_gsp_timeout(run: str = "notebook-gpu", t0: datetime = T0) -> list[dict]:
+    """A bare GPU pod (no controller at all) whose GSP stops answering (Xid 119)."""
+    p = pod(f"{run}-7", pod_uid=kube_uid(), labels={"app": "notebook"}, gpus=1, containers={"main": running(t0 - minutes(90))}, created=t0 - minutes(91), node="gpu-80")
+    return [
+        record(p, t0 - minutes(90), "ADDED"),
+        record(event(p, code=119, first=t0 - minutes(3), last=t0 - minutes(1), count=4, reporting="gpu-80"), t0 - minutes(1), "ADDED"),
+        record(_failed(p, 134, t0, "Error"), t0 + minutes(0.1)),
+    ]
+
+
+def cpu_cronjob_jobs(run: str = "report", t0: datetime = T0, jobs: int = 3) -> list[dict]:
+    """CronJob Jobs that ask for no GPU, failing and succeeding: never attempts (R13.2)."""
+    out = []
+    for i in range(jobs):
+        name = f"{run}-{29000000 + i}"
+        job = batch_job(name, gpus=0, owners=[owner("CronJob", run, f"cron-{run}", "batch/v1")], created=t0 - minutes(10))
+        p = _job_pod(job, f"{name}-{'xyz'[i % 3]}4k2m", 0, "cpu-1", t0, container="main")
+        p["spec"]["containers"][0]["resources"] = {"limits": {"cpu": "1", "memory": "1Gi"}}
+        end = _failed(p, 1, t0) if i % 2 == 0 else _succeeded(p, t0)
+        kind = ("Failed", "BackoffLimitExceeded") if i % 2 == 0 else ("Complete", "")
+        out += [record(job, t0 - minutes(10), "ADDED"), record(p, t0 - minutes(9), "ADDED"), record(end, t0), record(updated(job, conditions=[condition(kind[0], kind[1], "", t0)]), t0 + minutes(0.1))]
+    return out
+
+
+WORKLOAD_STORIES = {
+    "trainjob-xid79": trainjob_fell_off_the_bus,
+    "jobset-bare-xid79": bare_jobset_fell_off_the_bus,
+    "job-indexed-xid48": indexed_job_ecc,
+    "pod-bare-xid119": bare_pod_gsp_timeout,
+    "cronjob-cpu": cpu_cronjob_jobs,
 }
