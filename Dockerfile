@@ -8,10 +8,12 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 WORKDIR /opt/faultline
-# Dependencies first (against an empty package), so a code change does not reinstall them.
-COPY pyproject.toml README.md ./
+# Dependencies first (against an empty package), so a code change does not reinstall them;
+# Faust, mode, aiokafka and kafka-python at the versions of constraints.txt (the ones
+# app/stream/faust_fixes.py was written against).
+COPY pyproject.toml README.md constraints.txt ./
 RUN mkdir app && touch app/__init__.py \
-    && pip install ".[stream,bridge]" && pip uninstall -y faultline && rm -rf app build
+    && pip install -c constraints.txt ".[stream,bridge]" && pip uninstall -y faultline && rm -rf app build
 COPY app ./app
 RUN pip install --no-deps .
 COPY examples ./examples

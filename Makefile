@@ -28,12 +28,14 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-$(VENV)/.core: pyproject.toml | $(VENV)/bin/python
-	$(BIN)/python -m pip install -q -e .
+$(VENV)/.core: pyproject.toml constraints.txt | $(VENV)/bin/python
+	$(BIN)/python -m pip install -q -c constraints.txt -e .
 	touch $@
 
-$(VENV)/.all: pyproject.toml | $(VENV)/bin/python
-	$(BIN)/python -m pip install -q -e '.[stream,bridge,test]'
+# constraints.txt pins Faust, mode, aiokafka and kafka-python to the versions the patches
+# of app/stream/faust_fixes.py were written against (docs/streaming.md, Upgrading Faust).
+$(VENV)/.all: pyproject.toml constraints.txt | $(VENV)/bin/python
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[stream,bridge,test]'
 	touch $@ $(VENV)/.core
 
 clean:

@@ -16,6 +16,7 @@ from app.stream.faust_fixes import (
     deliver_records_without_tasks_when_nothing_can_wait,
     hold_read_offsets_on_rewind,
     on_stop_signal,
+    require_targets,
     seek_uncommitted_partitions_to_beginning,
     short_fetch_wait_between_rebalances,
     take_assignment_made_for_an_earlier_url,
@@ -31,6 +32,7 @@ def build_app(settings: Settings, rules: Rules = DEFAULT_RULES) -> tuple[faust.A
     false derives no fleet health."""
     fleet = rules.fleet or DEFAULT_FLEET
     rules = rules if settings.fleet_stage else rules.without_fleet_stage()
+    require_targets()  # a Faust the patches do not fit stops here, naming what changed
     seek_uncommitted_partitions_to_beginning()
     take_assignment_made_for_an_earlier_url()
     deliver_records_without_tasks_when_nothing_can_wait()

@@ -1,16 +1,26 @@
 """Where faultline reaches into Faust's internals, in one place.
 
-Each function says what it works around; `build_app` applies them.
+Each function says what it works around; `build_app` applies them. They were written
+against the exact versions of faust-streaming, mode-streaming, aiokafka and kafka-python
+in constraints.txt. `TARGETS` declares every internal name each of them relies on, with
+the shape it expects; `require_targets` (at a worker's start) and
+tests/unit/test_faust_fence.py check them, so an upgrade that renames or reshapes one
+fails loudly instead of leaving a patch that silently does nothing (docs/streaming.md,
+*Upgrading Faust*). An import-linter contract (pyproject.toml) keeps the imports of
+Faust's, mode's and aiokafka's internal modules in this module.
 """
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import logging
+import re
 import weakref
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 from faust.streams import _current_event
 from faust.transport.drivers import aiokafka as faust_aiokafka
@@ -228,6 +238,13 @@ def hold_read_offsets_on_rewind(app: Any) -> None:
     consumer._read_offset = HeldReadOffsets(consumer)
 
 
+def read_offsets(app: Any) -> Mapping[Any, int | None]:
+    """11. The offset of the last record Faust handed to the agents, per partition (for
+    the consumer lag, app/stream/lag.py): Faust keeps it in `_read_offset` and has no
+    public accessor."""
+    return app.consumer._read_offset
+
+
 _ROCKSDB_ORIGINAL = "_faultline_original_as_options"
 ROCKSDB_WRITE_BUFFER_BYTES = 4 << 20  # per table partition; the manager bounds them all
 ROCKSDB_WRITE_BUFFERS = 2
@@ -347,3 +364,143 @@ def without_per_event_monitor(app: Any) -> None:
         return dependencies
 
     app.on_init_dependencies = on_init_dependencies
+
+
+# --- The fence: what the patches rely on ---------------------------------------------------------
+
+
+class Target(NamedTuple):
+    """One internal name a patch relies on, and the shape it expects of it.
+
+    kind: `function`/`coroutine` (a callable whose parameters start with `expect`),
+    `assigned` (an instance attribute the class sets and then reads: `self.<name> = `),
+    `attribute` (it exists), `code` (the module's source holds each fragment of `expect`,
+    whitespace aside: how Faust calls what a patch replaces)."""
+
+    patch: str  # the function of this module that relies on it
+    module: str
+    name: str  # "Class.attribute", a module attribute, or "" for `code`
+    kind: Literal["function", "coroutine", "assigned", "attribute", "code"]
+    expect: tuple[str, ...] = ()
+
+
+_AIOKAFKA_DRIVER = "faust.transport.drivers.aiokafka"
+_CONSUMER = "faust.transport.consumer"
+
+TARGETS: tuple[Target, ...] = (
+    Target("seek_uncommitted_partitions_to_beginning", _AIOKAFKA_DRIVER, "AIOKafkaConsumerThread.seek_to_committed", "coroutine", ("self",)),
+    Target("seek_uncommitted_partitions_to_beginning", _AIOKAFKA_DRIVER, "AIOKafkaConsumerThread.call_thread", "coroutine", ("self", "fun")),
+    Target("seek_uncommitted_partitions_to_beginning", _AIOKAFKA_DRIVER, "AIOKafkaConsumerThread._ensure_consumer", "function", ("self",)),
+    Target("seek_uncommitted_partitions_to_beginning", _AIOKAFKA_DRIVER, "AIOKafkaConsumerThread.consumer", "assigned"),
+    Target("seek_uncommitted_partitions_to_beginning", _CONSUMER, "Consumer._is_changelog_tp", "function", ("self", "tp")),
+    Target("seek_uncommitted_partitions_to_beginning", "aiokafka", "AIOKafkaConsumer.seek_to_beginning", "coroutine", ("self", "partitions")),
+    Target("as_current_event", "faust.streams", "_current_event", "attribute"),
+    Target("as_current_event", "faust.streams", "", "code", ("_current_event.set(",)),
+    Target("forget_unacked", _CONSUMER, "Consumer._unacked_messages", "assigned"),
+    Target("short_fetch_wait_between_rebalances", "faust", "App.on_rebalance_start", "function", ("self",)),
+    Target("short_fetch_wait_between_rebalances", "faust", "App.on_rebalance_end", "function", ("self",)),
+    Target("short_fetch_wait_between_rebalances", _AIOKAFKA_DRIVER, "Consumer._thread", "assigned"),
+    Target("short_fetch_wait_between_rebalances", _AIOKAFKA_DRIVER, "AIOKafkaConsumerThread._consumer", "assigned"),
+    Target("short_fetch_wait_between_rebalances", "aiokafka", "AIOKafkaConsumer._fetcher", "assigned"),
+    Target("short_fetch_wait_between_rebalances", "aiokafka.consumer.fetcher", "Fetcher._fetch_max_wait_ms", "assigned"),
+    Target("short_fetch_wait_between_rebalances", "aiokafka.consumer.fetcher", "Fetcher._fetch_min_bytes", "assigned"),
+    Target("take_assignment_made_for_an_earlier_url", "faust.assignor.partition_assignor", "PartitionAssignor.on_assignment", "function", ("self", "assignment")),
+    Target("take_assignment_made_for_an_earlier_url", "faust.assignor.partition_assignor", "PartitionAssignor._decompress", "function", ("compressed",)),
+    Target("take_assignment_made_for_an_earlier_url", "faust.assignor.partition_assignor", "PartitionAssignor._compress", "function", ("raw",)),
+    Target("take_assignment_made_for_an_earlier_url", "faust.assignor.partition_assignor", "PartitionAssignor._url", "attribute"),
+    Target("take_assignment_made_for_an_earlier_url", "faust.assignor.client_assignment", "ClientMetadata.loads", "function", ("s",)),
+    Target("take_assignment_made_for_an_earlier_url", "faust.assignor.client_assignment", "ClientMetadata.dumps", "function", ("self",)),
+    Target("take_assignment_made_for_an_earlier_url", "faust.assignor.client_assignment", "ClientMetadata.url", "attribute"),
+    Target("rewind", _CONSUMER, "Consumer._read_offset", "assigned"),
+    Target("rewind", _CONSUMER, "Consumer._gap", "assigned"),
+    Target("rewind", _AIOKAFKA_DRIVER, "AIOKafkaConsumerThread.call_thread", "coroutine", ("self", "fun")),
+    Target("rewind", "aiokafka", "AIOKafkaConsumer.seek", "function", ("self", "partition", "offset")),
+    # HeldReadOffsets works only while the fetch loop sets read offsets through the mapping
+    # it finds in `_read_offset` when it starts.
+    Target("hold_read_offsets_on_rewind", _CONSUMER, "", "code", ("set_read_offset = self._read_offset.__setitem__", "set_read_offset(tp, offset)")),
+    Target("bounded_rocksdb_memory", "faust.stores.rocksdb", "RocksDBOptions.as_options", "function", ("self",)),
+    *(
+        Target("bounded_rocksdb_memory", "faust.stores.rocksdb", f"RocksDBOptions.{name}", "assigned")
+        for name in ("use_rocksdict", "max_open_files", "target_file_size_base", "bloom_filter_size")
+    ),
+    *(
+        Target("bounded_rocksdb_memory", "rocksdict", name, "attribute")
+        for name in ("Cache", "WriteBufferManager", "Options.set_write_buffer_manager", "BlockBasedOptions.set_block_cache",
+                     "BlockBasedOptions.set_cache_index_and_filter_blocks", "BlockBasedIndexType.binary_search")
+    ),  # fmt: skip
+    Target("on_stop_signal", "mode", "Worker._schedule_shutdown", "function", ("self", "signal")),
+    Target("deliver_records_without_tasks_when_nothing_can_wait", _CONSUMER, "Consumer.wait_first", "coroutine", ("self", "coros", "timeout")),
+    Target("deliver_records_without_tasks_when_nothing_can_wait", _CONSUMER, "", "code", ("await self.wait_first( callback(message), self.suspend_flow.wait() )",)),
+    Target("deliver_records_without_tasks_when_nothing_can_wait", "faust.transport.conductor", "", "code", ("async def on_message(message",)),
+    Target("deliver_records_without_tasks_when_nothing_can_wait", "mode.services", "WaitResults._fields", "attribute"),
+    Target("deliver_records_without_tasks_when_nothing_can_wait", _CONSUMER, "Consumer.suspend_flow", "assigned"),
+    Target("deliver_records_without_tasks_when_nothing_can_wait", "faust.transport.conductor", "Conductor._tp_to_callback_lock", "assigned"),
+    Target("deliver_records_without_tasks_when_nothing_can_wait", "faust.transport.conductor", "Conductor._tp_index", "assigned"),
+    Target("deliver_records_without_tasks_when_nothing_can_wait", "faust.transport.producer", "ProducerBuffer.size", "attribute"),
+    Target("deliver_records_without_tasks_when_nothing_can_wait", "faust.transport.producer", "ProducerBuffer.max_messages", "attribute"),
+    Target("without_per_event_monitor", "faust", "App.on_init_dependencies", "function", ("self",)),
+    Target("without_per_event_monitor", "faust.app.base", "", "code", ("self.sensors.add(self.monitor)",)),
+    Target("read_offsets", _CONSUMER, "Consumer._read_offset", "assigned"),
+)
+
+
+def target_problem(target: Target) -> str | None:
+    """What is wrong with `target` in the installed packages, or None when it is as expected."""
+    try:
+        module = importlib.import_module(target.module)
+    except ImportError as exc:
+        return f"{target.module} cannot be imported ({exc})"
+    where = f"{target.module}:{target.name}" if target.name else target.module
+    if target.kind == "code":
+        code = " ".join(inspect.getsource(module).split())
+        absent = [fragment for fragment in target.expect if " ".join(fragment.split()) not in code]
+        return f"{where} no longer holds {absent}" if absent else None
+    owner: Any = module
+    *path, name = target.name.split(".")
+    for part in path:
+        owner = getattr(owner, part, None)
+        if owner is None:
+            return f"{where}: {part} is missing"
+    if target.kind == "assigned":
+        return None if _sets_and_reads(owner, name) else f"{where}: no longer set and read as self.{name}"
+    if not hasattr(owner, name):
+        return f"{where} is missing"
+    if target.kind == "attribute":
+        return None
+    value = getattr(owner, name)
+    if getattr(value, "__isabstractmethod__", False):
+        return f"{where} is missing (only an abstract base declares it)"
+    if target.kind == "coroutine" and not inspect.iscoroutinefunction(value):
+        return f"{where} is no longer a coroutine function"
+    params = tuple(inspect.signature(value).parameters)
+    if params[: len(target.expect)] != target.expect:
+        return f"{where} takes {params}, expected {target.expect} first"
+    return None
+
+
+def _sets_and_reads(cls: type, name: str) -> bool:
+    """`self.<name>` is assigned in the class (or a base of it) and used again."""
+    source = "\n".join(inspect.getsource(c) for c in cls.__mro__ if c.__module__.split(".")[0] in _FENCED)
+    assigned = re.search(rf"self\.{name}\s*(:[^=\n]+)?=(?!=)", source)
+    return assigned is not None and len(re.findall(rf"self\.{name}\b", source)) >= 2
+
+
+_FENCED = ("faust", "mode", "aiokafka")
+
+
+def target_problems(targets: Iterable[Target] = TARGETS) -> list[str]:
+    """Every target that is not as its patch expects, named with the patch."""
+    return [f"{t.patch}: {problem}" for t in targets if (problem := target_problem(t)) is not None]
+
+
+def require_targets() -> None:
+    """Stop a worker whose Faust, mode or aiokafka is not the one the patches were written
+    against (an upgrade past constraints.txt): a patch whose target moved would do nothing."""
+    problems = target_problems()
+    if problems:
+        raise RuntimeError(
+            "faultline's Faust patches (app/stream/faust_fixes.py) do not fit the installed packages: "
+            + "; ".join(problems)
+            + ". Install the versions of constraints.txt (pip install -c constraints.txt -e '.[stream]'), "
+            "or update the patches (docs/streaming.md, Upgrading Faust)"
+        )

@@ -22,9 +22,9 @@ class _Consumer(Protocol):
 def consumer_lag(consumer: _Consumer, read_offsets: dict[Any, int | None], logical: dict[str, str] | None = None) -> list[Lag]:
     """Lag per assigned partition: records between the last one read and the end.
 
-    With Faust: `consumer_lag(app.consumer, app.consumer._read_offset, stages.logical)`.
-    Faust keeps its read positions in `_read_offset` and has no public accessor; a
-    partition nothing was read from yet is left out (its lag is not known).
+    With Faust: `consumer_lag(app.consumer, faust_fixes.read_offsets(app), stages.logical)`
+    (Faust's read positions have no public accessor; faust_fixes.py is where they are
+    read). A partition nothing was read from yet is left out (its lag is not known).
     `logical` maps Kafka topic names to logical ones (the configured prefix removed).
     """
     lags = []

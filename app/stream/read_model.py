@@ -22,9 +22,11 @@ from app.core.fleet_view import Counters, LiveFleet, Watermark
 from app.core.rules import FleetSettings, Rules
 from app.kafka import clients
 from app.model.fleet_records import DERIVED_TOPICS, DerivedRecord
+from app.model import records_v1
 from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, ClassifiedFailure, DeadLetter
 from app.settings import Settings
 from app.stream.agents import Stages
+from app.stream.faust_fixes import read_offsets
 from app.stream.lag import consumer_lag
 
 log = logging.getLogger("faultline.stream")
@@ -32,7 +34,7 @@ log = logging.getLogger("faultline.stream")
 READ_TOPICS = (*DERIVED_TOPICS, CLASSIFIED_FAILURES, DEAD_LETTER)
 _DECODERS: dict[str, Any] = {
     **{topic: DerivedRecord for topic in DERIVED_TOPICS},
-    CLASSIFIED_FAILURES: ClassifiedFailure,
+    CLASSIFIED_FAILURES: ClassifiedFailure | records_v1.ClassifiedFailure,  # v1: written before SPEC R13
     DEAD_LETTER: DeadLetter,
 }
 
@@ -79,7 +81,7 @@ class FleetReadModel(Service):
 
     def counters(self) -> Counters:
         app, d = self.stages.app, self.stages.delivery
-        lag = consumer_lag(app.consumer, app.consumer._read_offset, d.logical) if app.consumer is not None else []
+        lag = consumer_lag(app.consumer, read_offsets(app), d.logical) if app.consumer is not None else []
         marks = [Watermark(cluster, topic, at) for cluster, topic, at in self.stages.watermark_rows()]
         return Counters(dict(sorted(d.records.items())), lag, marks)
 
