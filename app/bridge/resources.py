@@ -22,7 +22,7 @@ class Kind(msgspec.Struct, frozen=True):
     plural: str
     topic: str  # logical source topic (the prefix is added by the sink)
     key: KeyRule = "uid"
-    optional: bool = True  # a CRD that may not be installed; the core kinds always are
+    optional: bool = True  # a CRD that may not be installed; the built-in kinds always are
 
     def api_version(self, version: str) -> str:
         return f"{self.group}/{version}" if self.group else version
@@ -40,6 +40,11 @@ KINDS: tuple[Kind, ...] = (
     Kind("TFJob", "kubeflow.org", ("v1",), "tfjobs", JOBS),
     Kind("MPIJob", "kubeflow.org", ("v2beta1", "v1"), "mpijobs", JOBS),
     Kind("JobSet", "jobset.x-k8s.io", ("v1alpha2",), "jobsets", JOBS),
+    # Kubeflow Trainer v2 (kubeflow/trainer manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml).
+    Kind("TrainJob", "trainer.kubeflow.org", ("v1alpha1",), "trainjobs", JOBS),
+    # Served by every API server; numerous (CronJobs make one per run): SPEC R13.2 keeps
+    # only those that request a GPU, which the rules decide, not the bridge.
+    Kind("Job", "batch", ("v1",), "jobs", JOBS, optional=False),
     Kind("Workload", "kueue.x-k8s.io", ("v1beta2", "v1beta1"), "workloads", WORKLOADS),
 )
 

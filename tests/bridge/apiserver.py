@@ -85,8 +85,9 @@ class ResourceType:
         self.log_rvs: list[int] = []
 
     @property
-    def core(self) -> bool:
-        return self.group == ""
+    def built_in(self) -> bool:
+        """Served by kube-apiserver itself (not a CRD): its list items carry no kind/apiVersion."""
+        return self.group in ("", "batch")
 
     def api_version(self, version: str | None = None) -> str:
         version = version or self.versions[0]
@@ -101,6 +102,8 @@ DEFAULT_TYPES = (
     ("kubeflow.org", "tfjobs", "TFJob", ("v1",)),
     ("kubeflow.org", "mpijobs", "MPIJob", ("v2beta1",)),
     ("jobset.x-k8s.io", "jobsets", "JobSet", ("v1alpha2",)),
+    ("trainer.kubeflow.org", "trainjobs", "TrainJob", ("v1alpha1",)),
+    ("batch", "jobs", "Job", ("v1",)),
     ("kueue.x-k8s.io", "workloads", "Workload", ("v1beta2",)),
 )
 
@@ -285,7 +288,7 @@ class FakeKube:
         obj = copy.deepcopy(obj)
         if t.kind == "Pod":
             obj["status"] = {"phase": "Pending", "qosClass": "BestEffort"}
-        elif not t.core:
+        elif t.kind != "Event":  # a status subresource: a Job's, a custom resource's
             obj.pop("status", None)
         meta = obj.setdefault("metadata", {})
         meta.setdefault("namespace", "default")
@@ -461,7 +464,7 @@ class FakeKube:
     # --- list -----------------------------------------------------------------------------
 
     def _list_item(self, t: ResourceType, obj: dict[str, Any]) -> bytes:
-        if t.core:  # built-in kinds: list items carry no kind/apiVersion
+        if t.built_in:  # built-in kinds: list items carry no kind/apiVersion
             obj = {k: v for k, v in obj.items() if k not in ("kind", "apiVersion")}
         return orjson.dumps(obj)
 

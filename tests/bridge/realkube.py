@@ -20,6 +20,29 @@ from tests.bridge.helpers import Operation, story_operations
 CREATE_METADATA = ("name", "labels", "annotations", "ownerReferences")
 
 
+CRDS = Path(__file__).resolve().parent / "crds"
+
+
+def operator_crd(name: str) -> dict[str, Any]:
+    """A CRD of an operator's release, kept in tests/bridge/crds (trim.py says whence)."""
+    import yaml
+
+    return dict(yaml.safe_load((CRDS / name).read_text()))
+
+
+def install_crd(kube: Any, crd: dict[str, Any], timeout: float = 60.0) -> None:
+    """Create a CRD and wait until each of its served versions lists (established)."""
+    import time
+
+    kube.call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+    group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
+    deadline = time.monotonic() + timeout
+    for version in (v["name"] for v in crd["spec"]["versions"] if v["served"]):
+        while kube.request("GET", f"/apis/{group}/{version}/{plural}?limit=1")[0] != 200:
+            assert time.monotonic() < deadline, f"{plural}.{group}/{version} not served within {timeout}s"
+            time.sleep(0.05)
+
+
 def namespace(kube: Any, prefix: str = "t") -> str:
     """A new namespace with its default ServiceAccount (no controller-manager creates it,
     and a pod cannot be created without it)."""

@@ -16,6 +16,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from app.bridge.resources import KINDS
 from app.cli import bridge as bridge_cli
 from app.cli import main as cli_main
 from app.model.envelope import TraceLine
@@ -60,7 +61,7 @@ def test_record_writes_a_trace_that_classifies_like_the_story(kube, tmp_path):
     out = tmp_path / "trace.jsonl"
     proc = start_cli("record", "--kubeconfig", str(kubeconfig), "--cluster", CLUSTER, "--out", str(out), "--max-records", str(changes))
     try:
-        wait_for(lambda: len(kube.watches) == 8, timeout=30, what="the 8 watches of the recorder")
+        wait_for(lambda: len(kube.watches) == len(KINDS), timeout=30, what="every watch of the recorder")
         apply_story(kube, records)
         _, stderr = proc.communicate(timeout=30)
     finally:
@@ -115,7 +116,7 @@ def test_run_classifies_live_and_prints_verdicts_as_they_come(kube, tmp_path, ca
     out = tmp_path / "outputs.jsonl"
 
     def play() -> None:
-        wait_for(lambda: len(kube.watches) == 8, timeout=30, what="the 8 watches")
+        wait_for(lambda: len(kube.watches) == len(KINDS), timeout=30, what="every watch")
         apply_story(kube, records)
 
     player = threading.Thread(target=play)

@@ -12,6 +12,7 @@ import pytest
 
 from app.bridge.records import ALL_NAMESPACES
 from app.bridge.bridge import Bridge
+from app.bridge.resources import KINDS
 from tests.bridge.apiserver import FakeKube
 from tests.bridge.helpers import (
     CLUSTER,
@@ -80,7 +81,8 @@ def test_every_kind_goes_to_its_topic_with_its_key(kube, api):
     running = Running(Bridge(api, sink, settings()))
     wait_for(lambda: len(sink.records) == 2)
     # Changes while watching, one of every kind.
-    crs = [("rayjobs", "RayJob"), ("pytorchjobs", "PyTorchJob"), ("tfjobs", "TFJob"), ("mpijobs", "MPIJob"), ("jobsets", "JobSet"), ("workloads", "Workload")]
+    crs = [("rayjobs", "RayJob"), ("pytorchjobs", "PyTorchJob"), ("tfjobs", "TFJob"), ("mpijobs", "MPIJob"), ("jobsets", "JobSet"),
+           ("trainjobs", "TrainJob"), ("jobs", "Job"), ("workloads", "Workload")]
     for plural, _ in crs:
         kube.create(plural, {"metadata": {"name": f"{plural}-1", "namespace": "ml"}, "spec": {}, "status": {}})
     kube.create("events", {
@@ -88,7 +90,7 @@ def test_every_kind_goes_to_its_topic_with_its_key(kube, api):
         "regarding": {"kind": "Pod", "name": "trainer-0", "uid": "uid-from-regarding"}, "reason": "Scheduled",
     })
     kube.create("events", {"metadata": {"name": "node-event", "namespace": "default"}, "involvedObject": {"kind": "Node", "name": "gpu-1"}})
-    wait_for(lambda: len(sink.records) == 10)
+    wait_for(lambda: len(sink.records) == 12)
     running.stop()
 
     by_name = {orjson.loads(r.value)["object"]["metadata"]["name"]: r for r in sink.records}
@@ -104,6 +106,20 @@ def test_every_kind_goes_to_its_topic_with_its_key(kube, api):
         assert record.topic == ("k8s.workloads" if kind == "Workload" else "k8s.jobs")
         assert obj["kind"] == kind and record.key == obj["metadata"]["uid"]
         assert "managedFields" not in obj["metadata"]
+    assert orjson.loads(by_name["jobs-1"].value)["object"]["apiVersion"] == "batch/v1"
+    assert orjson.loads(by_name["trainjobs-1"].value)["object"]["apiVersion"] == "trainer.kubeflow.org/v1alpha1"
+
+
+def test_a_listed_batch_job_gets_the_list_s_kind_and_api_version(kube, api):
+    """A built-in kind's list items come without kind/apiVersion (batch/v1 Jobs too)."""
+    kube.create("jobs", {"metadata": {"name": "nightly-29301140", "namespace": "ml"}, "spec": {}})
+    sink = MemorySink()
+    running = Running(Bridge(api, sink, settings(kinds="Job")))
+    wait_for(lambda: len(sink.records) == 1)
+    running.stop()
+    [envelope] = sink.envelopes("k8s.jobs")
+    assert envelope["type"] == "ADDED"
+    assert (envelope["object"]["apiVersion"], envelope["object"]["kind"]) == ("batch/v1", "Job")
 
 
 def test_mpijob_and_workload_fall_back_to_the_older_version(kube_factory, api_factory):
@@ -382,7 +398,7 @@ def test_relist_after_gone_converges_over_many_pages(kube, api):
 def test_watch_stops_promptly_and_leaves_no_thread(kube, api):
     sink = MemorySink()
     running = Running(Bridge(api, sink, settings(watch_timeout=3600)))
-    wait_for(lambda: len(kube.requests_of("watch", "pods")) == 1 and len(kube.watches) == 8, what="8 watches")
+    wait_for(lambda: len(kube.requests_of("watch", "pods")) == 1 and len(kube.watches) == len(KINDS), what="every watch")
     started = time.monotonic()
     running.stop()
     assert time.monotonic() - started < 3.0

@@ -224,6 +224,35 @@ def test_r12_2_a_topic_fed_by_several_kinds_waits_for_the_slowest(kube, api):
         assert orjson.loads(value)["object"]["kind"] == key  # names the kind that held the topic back
 
 
+def test_r12_2_k8s_jobs_progresses_at_its_slowest_kind_and_an_uninstalled_trainjob_holds_nothing_back(kube, api):
+    """k8s.jobs is fed by seven kinds (TrainJob and batch Jobs among them, SPEC R13.2):
+    with the TrainJob CRD not installed the topic progresses; with the Job watch cut it
+    stops, and its progress record names Job; TrainJob installed later is picked up."""
+    kube.uninstall("trainjobs")
+    sink = MemorySink()
+    jobs_kinds = "RayJob,PyTorchJob,TFJob,MPIJob,JobSet,TrainJob,Job"
+    running = Running(Bridge(api, sink, settings(kinds=jobs_kinds, progress_interval=0.02, crd_recheck=0.2)))
+
+    def jobs_progress() -> list[tuple[str, int]]:
+        return [(k, time_of(v)) for t, k, v in list(sink.progress) if t == "k8s.jobs"]
+
+    wait_for(lambda: jobs_progress(), what="k8s.jobs progress without TrainJob")
+    [batch] = [w for w in running.bridge.watches if w.kind.name == "Job"]
+    kube.set_unavailable_for("jobs", True)
+    wait_for(lambda: batch.counts["retries"] >= 2, what="the Job watch retrying")
+    cut = now_us()
+    wait_for(lambda: batch.counts["retries"] >= 5, what="more Job retries")
+    held = [at for _, at in jobs_progress()]
+    assert max(held) < cut and jobs_progress()[-1][0] == "Job"  # held back, by Job, named
+    kube.set_unavailable_for("jobs", False)
+    wait_for(lambda: max(at for _, at in jobs_progress()) > cut, what="k8s.jobs progress again")
+    kube.install("trainjobs")
+    kube.create("trainjobs", {"metadata": {"name": "tj", "namespace": "ml"}, "spec": {}})
+    record = wait_for(lambda: next((r for r in sink.records if orjson.loads(r.value)["object"]["kind"] == "TrainJob"), None), what="the TrainJob")
+    wait_for(lambda: max(at for _, at in jobs_progress()) > time_of(record.value), what="progress past the TrainJob")
+    running.stop()
+
+
 def test_r12_2_progress_records_name_their_cluster_kind_and_position(kube, api):
     kube.create("pods", pod("p"))
     sink = MemorySink()

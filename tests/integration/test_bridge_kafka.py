@@ -20,6 +20,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType
 
 from app.bridge.bridge import Bridge
+from app.bridge.resources import KINDS
 from app.bridge.client import KubeApi, api_client
 from app.bridge.kafka_sink import KafkaPositions, KafkaSink, ensure_topics
 from app.bridge.records import BRIDGE_GAPS, BRIDGE_POSITIONS
@@ -217,7 +218,7 @@ def test_bridge_to_kafka_to_worker_gives_a_verdict_end_to_end(kube, kafka_settin
     running = sink = api = None
     try:
         running, sink, api = run_bridge(kube, kafka_settings, tmp_path, kinds="")
-        wait_for(lambda: len(kube.watches) == 8, timeout=30, what="the bridge's watches")
+        wait_for(lambda: len(kube.watches) == len(KINDS), timeout=30, what="the bridge's watches")
         builders.reset_ids()
         story = stories.pod_task_nvlink(t0=datetime.now(timezone.utc) - timedelta(minutes=2))
         apply_story(kube, story)
