@@ -6,7 +6,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from tests.unit import builders
-from tests.unit.stories import STORIES
+from tests.unit.stories import STORIES, WORKLOAD_STORIES
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "traces"
 
@@ -16,14 +16,22 @@ TRACES = {
     "pod-task-xid74.jsonl": ["pod-task-nvlink"],
     "jobset-restart-xid94.jsonl": ["jobset-restart-complete"],
     "mixed.jsonl": list(STORIES),
+    # Workloads without an orchestrator (SPEC R13), one trace each, and all of them with
+    # CPU-only CronJob Jobs that are no attempts.
+    "trainjob-xid79.jsonl": ["trainjob-xid79"],
+    "jobset-bare-xid79.jsonl": ["jobset-bare-xid79"],
+    "job-indexed-xid48.jsonl": ["job-indexed-xid48"],
+    "pod-bare-xid119.jsonl": ["pod-bare-xid119"],
+    "workloads.jsonl": list(WORKLOAD_STORIES),
 }
+_ALL = {**STORIES, **WORKLOAD_STORIES}
 
 
 def trace(stories: list[str]) -> bytes:
     builders.reset_ids()
     records = []
     for i, name in enumerate(stories):
-        records += STORIES[name](t0=builders.T0 + timedelta(minutes=11 * i))
+        records += _ALL[name](t0=builders.T0 + timedelta(minutes=11 * i))
     # The bridge publishes in observation order, with its progress (SPEC R12.1).
     records.sort(key=lambda r: r["value"]["observed_at"])
     return builders.trace_bytes(builders.with_progress(records, every=timedelta(minutes=15)))
