@@ -30,7 +30,7 @@ from app.cli.common import (
     rules_from_args,
 )
 from app.core.emit import Emit
-from app.core.fleet_evidence import AttemptEvidence, evidence_of
+from app.core.fleet_evidence import AttemptEvidence, attempt_state, evidence_of
 from app.core.fleet_view import LiveFleet, Watermark
 from app.core.rules import DEFAULT_FLEET, Rules
 from app.model.fleet_records import DERIVED_TOPICS
@@ -63,7 +63,7 @@ def replay_counted(lines: Iterable[tuple[int, bytes]], pipeline: Pipeline, live:
 
 def pipeline_evidence(pipeline: Pipeline, attempt_key: str) -> AttemptEvidence | None:
     """An attempt's evidence, while the embedded runner keeps its state."""
-    return evidence_of(pipeline.states["attempts"].get(attempt_key), pipeline.rules.version)
+    return evidence_of(attempt_state(pipeline.states["attempts"], attempt_key), pipeline.rules.version)
 
 
 def fleet_rules(args: argparse.Namespace) -> Rules:

@@ -16,7 +16,7 @@ from app.kafka import clients
 from app.kafka.topics import TopicError
 from app.core.topology import OUTPUT_TOPICS
 from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, ClassifiedFailure
-from app.replay.diff import final_verdicts
+from app.replay.diff import Verdict, final_verdicts
 from app.replay.kafka_history import HistoryError, KafkaHistory
 from app.replay.kafka_replay import Progress, TopicSink, replay_history
 from app.replay.pipeline import Pipeline
@@ -63,7 +63,7 @@ def run_replay_from_kafka(args: argparse.Namespace, rules: Rules) -> int:
     return finish_run(pipeline.counts) if pipeline.counts["records"] else 0
 
 
-_VERDICT = msgspec.json.Decoder(ClassifiedFailure)
+_VERDICT = msgspec.json.Decoder(Verdict)  # v2, or v1 from before workload attempts (SPEC R13.3)
 
 
 def verdicts_from_topic(topic: str, args: argparse.Namespace) -> dict[str, ClassifiedFailure]:
@@ -89,5 +89,5 @@ def verdicts_from_topic(topic: str, args: argparse.Namespace) -> dict[str, Class
     except KafkaError as exc:
         raise CommandError(f"reading {topic} from {settings.bootstrap} failed: {exc}") from None
     except (msgspec.DecodeError, RecursionError) as exc:
-        raise CommandError(f"{topic} holds something other than faultline.ClassifiedFailure/v1 records ({exc})") from None
+        raise CommandError(f"{topic} holds something other than faultline.ClassifiedFailure records ({exc})") from None
     return final_verdicts(records)

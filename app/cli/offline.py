@@ -24,17 +24,14 @@ from app.cli.common import (
     rules_from_args,
     settings_parent,
 )
-from app.model.fleet_records import DerivedRecord
 from app.model.records import (
     CLASSIFIED_FAILURES,
     DEAD_LETTER,
     GANG_TRANSITIONS,
     ClassifiedFailure,
-    DeadLetter,
-    Fault,
     GangTransition,
 )
-from app.replay.diff import diff, final_verdicts
+from app.replay.diff import ReplayRecord, diff, final_verdicts
 from app.replay.pipeline import Pipeline
 from app.replay.trace import OutputLine, encode_output, read_lines, replay
 from app.rulefile import rules_document
@@ -149,7 +146,7 @@ def run_rules(args: argparse.Namespace) -> int:
     return 0
 
 
-_OUTPUT_LINE = msgspec.json.Decoder(OutputLine[ClassifiedFailure | Fault | GangTransition | DeadLetter | DerivedRecord])
+_OUTPUT_LINE = msgspec.json.Decoder(OutputLine[ReplayRecord])  # v1 verdicts too (SPEC R13.3)
 
 
 def _replay_output(source: str, args: argparse.Namespace) -> dict[str, ClassifiedFailure]:

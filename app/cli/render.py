@@ -11,6 +11,7 @@ import textwrap
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
+from app.core.attempt import attempt_name as _attempt_name
 from app.core.fleet_fold import fault_label
 from app.core.fleet_summary import FleetSummary, SourceRow
 from app.model.records import ClassifiedFailure, GangTransition, GpuFault
@@ -78,6 +79,13 @@ def fault_text(fault: GpuFault | None) -> str:
     return f"{fault_label(fault.kind, fault.code)} {fault.severity} {fault.node or '?'}{gpu}"
 
 
+def attempt_name(record: ClassifiedFailure | GangTransition) -> str:
+    """The ATTEMPT (or JOBSET) cell: the attempt key under the orchestrator's labels, a
+    workload attempt by kind and name with its uid shortened, e.g.
+    `prod-a/ml/TrainJob/llama-ft (cdc524c6)` (SPEC R13.3). Every table names attempts so."""
+    return _attempt_name(record)
+
+
 VERDICT_HEADER = ("ATTEMPT", "CODE", "KIND", "GPU FAULT", "POD", "")
 # Wide enough for the usual attempt keys and codes, so rows printed as they come line up.
 VERDICT_MINIMUM = (40, 20, 6, 28, 20, 0)
@@ -85,7 +93,7 @@ VERDICT_MINIMUM = (40, 20, 6, 28, 20, 0)
 
 def _verdict_cells(v: ClassifiedFailure) -> tuple[str, ...]:
     state = "" if v.terminal else f"restarted in place (generation {v.generation})"
-    return (v.key, v.code, v.kind, fault_text(v.gpu_fault), v.faulted_pod.name if v.faulted_pod else "-", state)
+    return (attempt_name(v), v.code, v.kind, fault_text(v.gpu_fault), v.faulted_pod.name if v.faulted_pod else "-", state)
 
 
 def verdict_lines(v: ClassifiedFailure, columns: Columns) -> list[str]:
@@ -108,7 +116,7 @@ TRANSITION_MINIMUM = (40, 32, 12, 6, 6, 0)
 
 def _transition_cells(t: GangTransition) -> tuple[str, ...]:
     waited = f"{t.waited_seconds:g}s" if t.waited_seconds is not None else "-"
-    return (t.key, f"{t.from_} -> {t.to}", t.code or "-", t.retry or "-", waited, t.reason)
+    return (attempt_name(t), f"{t.from_} -> {t.to}", t.code or "-", t.retry or "-", waited, t.reason)
 
 
 def transition_line(t: GangTransition, columns: Columns) -> str:
@@ -186,7 +194,7 @@ def diff_lines(result: Diff) -> list[str]:
         lines += table(("VERDICT CHANGE", "COUNT"), result.transitions.items())
     for change in result.changes:
         lines.append("")
-        lines.append(change.key)
+        lines.append(change.name or change.key)
         for side, v in (("base", change.base), ("candidate", change.candidate)):
             text = "(no verdict)" if v is None else f"{v.code} {v.kind}  {v.fault or 'no GPU fault'}" + (f"  pod {v.faulted_pod}" if v.faulted_pod else "")
             lines.append(f"  {side:<9}  {text}")

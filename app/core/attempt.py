@@ -22,9 +22,9 @@ from app.core.rules import Rules
 from app.model.decode import BadRecord
 from app.model.facts import AttemptId, PodFacts
 from app.model.k8s import Job, PodSpec
-from app.model.records import Identity, ObjectRef
+from app.model.records import ClassifiedFailure, GangTransition, Identity, ObjectRef
 
-__all__ = ["AttemptId", "Route", "attempt_of", "gang_attempt", "is_child_pod", "job_attempt", "pod_route"]
+__all__ = ["AttemptId", "Route", "attempt_name", "attempt_of", "gang_attempt", "is_child_pod", "job_attempt", "pod_route"]
 
 
 def attempt_of(cluster: str, namespace: str, labels: dict[str, str], rules: Rules) -> AttemptId | None:
@@ -163,3 +163,17 @@ def gang_attempt(cluster: str, jobset: Job, rules: Rules, trim: Trim) -> tuple[s
     tracked = attempt.tracked
     assert tracked is not None  # a workload attempt names its object
     return attempt.key, "workload", tracked
+
+
+SHORT_UID = 8  # a uid's first characters in a name shown to people (a UUID's first group)
+
+
+def attempt_name(record: ClassifiedFailure | GangTransition) -> str:
+    """How people see which attempt a verdict or transition is about: the attempt key
+    under the orchestrator's labels (R1); a workload attempt by kind and name, with its
+    uid shortened (`prod-a/ml/TrainJob/llama-ft (cdc524c6)`): one object is one attempt,
+    and an object created again under the same name is another (R13.3)."""
+    if record.identity == "labels":
+        return record.key
+    tracked = record.tracked
+    return f"{record.cluster}/{record.namespace}/{tracked.kind}/{tracked.name} ({tracked.uid[:SHORT_UID]})"

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 
 import msgspec
 
+from app.core.attempt import attempt_name
 from app.core.emit import Emit
 from app.core.fleet_fold import fault_label, hour_of
 from app.core.fleet_inputs import gpu_id
@@ -27,7 +28,8 @@ from app.model.fleet_records import (
     PreemptionWait,
     QuarantineCandidate,
 )
-from app.model.records import ClassifiedFailure, DeadLetter, ErrorKind, GpuFault
+from app.model import records_v1
+from app.model.records import ClassifiedFailure, DeadLetter, ErrorKind, GpuFault, Identity
 
 QUARANTINE_LOG = 50  # quarantine records kept for the page
 
@@ -47,6 +49,8 @@ class VerdictRow(msgspec.Struct, frozen=True):
     gpu: str
     pod: str
     message: str
+    attempt: str = ""  # as people see it: the key, or a workload's kind and name (SPEC R13.3)
+    identity: Identity = "labels"
 
 
 class FleetState(msgspec.Struct):
@@ -87,7 +91,9 @@ def read(state: FleetState, emit: Emit, settings: FleetSettings = DEFAULT_FLEET)
             state.quarantine_log.insert(0, value)
             del state.quarantine_log[QUARANTINE_LOG:]
         _advance(state, value.at, settings)
-    elif isinstance(value, ClassifiedFailure):
+    elif isinstance(value, (ClassifiedFailure, records_v1.ClassifiedFailure)):
+        value = records_v1.upgraded(value)  # a v1 verdict is an attempt under labels (R13.3)
+        assert isinstance(value, ClassifiedFailure)
         _recent(state, value, settings)
         _advance(state, value.failed_at, settings)
     elif isinstance(value, DeadLetter):
@@ -140,6 +146,8 @@ def _recent(state: FleetState, v: ClassifiedFailure, settings: FleetSettings) ->
         gpu=gpu_id(fault) if fault is not None else "",
         pod=pod,
         message=v.message[:500],
+        attempt=attempt_name(v),
+        identity=v.identity,
     )
     rows = [row, *(r for r in state.recent if r.key != v.key)]
     rows.sort(key=lambda r: (r.failed_at, r.key), reverse=True)  # newest first, whatever the read order

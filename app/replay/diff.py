@@ -1,5 +1,6 @@
 """Compare two replays of the same history: which attempts' verdicts changed, and why
-where the records themselves can tell (SPEC R10.2)."""
+where the records themselves can tell (SPEC R10.2). A replay written before workload
+attempts (ClassifiedFailure/v1) reads as v2 under the orchestrator's labels (R13.3)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,15 @@ from collections.abc import Iterable
 
 import msgspec
 
+from app.core.attempt import attempt_name
 from app.core.fleet_fold import fault_label
-from app.model.records import CLASSIFIED_FAILURES, ClassifiedFailure, GpuFault
+from app.model.fleet_records import DerivedRecord
+from app.model.records import CLASSIFIED_FAILURES, ClassifiedFailure, DeadLetter, Fault, GangTransition, GpuFault
+from app.model import records_v1
+
+# Any record a replay (file or topic) may hold, v1 verdicts and transitions included.
+ReplayRecord = ClassifiedFailure | records_v1.ClassifiedFailure | Fault | GangTransition | records_v1.GangTransition | DeadLetter | DerivedRecord
+Verdict = ClassifiedFailure | records_v1.ClassifiedFailure
 
 
 class VerdictSummary(msgspec.Struct, frozen=True):
@@ -25,6 +33,7 @@ class Change(msgspec.Struct, frozen=True):
     base: VerdictSummary | None  # None: the attempt has no verdict in the base replay
     candidate: VerdictSummary | None
     because: str
+    name: str = ""  # how people see the attempt: its key, or a workload's kind and name (R13.3)
 
 
 class Diff(msgspec.Struct, frozen=True):
@@ -35,12 +44,22 @@ class Diff(msgspec.Struct, frozen=True):
     transitions: dict[str, int]  # "Error (USER) -> GpuXidError (SYSTEM)": count
 
 
-def final_verdicts(records: Iterable[tuple[str, str, ClassifiedFailure]]) -> dict[str, ClassifiedFailure]:
-    """The latest verdict per attempt key: what a consumer of the compacted topic keeps."""
+def as_v2(verdict: Verdict) -> ClassifiedFailure:
+    """A verdict as v2: a v1 record is an attempt under the orchestrator's labels."""
+    if isinstance(verdict, records_v1.ClassifiedFailure):
+        upgraded = records_v1.upgraded(verdict)
+        assert isinstance(upgraded, ClassifiedFailure)
+        return upgraded
+    return verdict
+
+
+def final_verdicts(records: Iterable[tuple[str, str, object]]) -> dict[str, ClassifiedFailure]:
+    """The latest verdict per attempt key: what a consumer of the compacted topic keeps
+    (v1 verdicts read as v2)."""
     latest: dict[str, ClassifiedFailure] = {}
     for topic, key, value in records:
-        if topic == CLASSIFIED_FAILURES:
-            latest[key] = value
+        if topic == CLASSIFIED_FAILURES and isinstance(value, (ClassifiedFailure, records_v1.ClassifiedFailure)):
+            latest[key] = as_v2(value)
     return latest
 
 
@@ -65,7 +84,7 @@ def explain(base: ClassifiedFailure | None, candidate: ClassifiedFailure | None)
     """The rule that made the difference, as far as the two verdicts show it."""
     if base is None or candidate is None:
         side = "base" if candidate is None else "candidate"
-        return f"only the {side} replay has a verdict for this attempt (its records or retention differ)"
+        return f"only the {side} replay has a verdict for this attempt (its records, retention or workload_identity differ)"
     a, b = base.gpu_fault, candidate.gpu_fault
     if a is not None and b is not None and _same_fault(a, b):
         label = fault_label(a.kind, a.code)
@@ -103,7 +122,8 @@ def diff(base: dict[str, ClassifiedFailure], candidate: dict[str, ClassifiedFail
         a, b = base.get(key), candidate.get(key)
         if not _differs(a, b):
             continue
-        changes.append(Change(key, _summary(a), _summary(b), explain(a, b)))
+        name = attempt_name(b if b is not None else a)  # type: ignore[arg-type]  # one of them is set
+        changes.append(Change(key, _summary(a), _summary(b), explain(a, b), name))
         transitions[f"{_verdict_label(a)} -> {_verdict_label(b)}"] += 1
     return Diff(
         base_rules=sorted({v.rules_version for v in base.values()}),

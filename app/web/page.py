@@ -261,7 +261,7 @@ function renderVerdicts(rows) {
   $("verdicts").innerHTML = `<table><thead><tr><th>failed at</th><th>attempt</th><th>code</th><th>kind</th><th>GPU fault</th><th>node</th></tr></thead><tbody>` +
     rows.map((v) => `<tr class="click" data-key="${esc(v.key)}" title="${esc(v.message)}">
       <td>${esc(hhmm(v.failed_at))} <span class="muted">${esc(v.failed_at.slice(5, 10))}</span></td>
-      <td class="mono ellip">${esc(v.key)}${v.terminal ? "" : ` <span class="muted" title="generation ${v.generation} restarted in place">restarted</span>`}${v.revision ? ` <span class="muted">r${v.revision}</span>` : ""}</td>
+      <td class="mono ellip" title="${esc(v.key)}">${esc(v.attempt || v.key)}${v.terminal ? "" : ` <span class="muted" title="generation ${v.generation} restarted in place">restarted</span>`}${v.revision ? ` <span class="muted">r${v.revision}</span>` : ""}</td>
       <td><b>${esc(v.code)}</b></td><td><span class="kind ${esc(v.kind)}">${esc(v.kind)}</span></td>
       <td>${v.fault ? `<span class="chip ${esc(v.fault.split(" ").pop())}">${esc(v.fault.split(" ").slice(0, 2).join(" "))}</span>` : '<span class="muted">—</span>'}</td>
       <td class="mono">${esc(v.node || "—")}</td></tr>`).join("") + `</tbody></table>`;
@@ -295,6 +295,7 @@ async function openEvidence(key) {
     const e = await getJSON("api/attempts/" + key.split("/").map(encodeURIComponent).join("/"));
     const v = e.current;
     let html = `<button class="close" onclick="closeEvidence()">close</button><h3 class="mono">${esc(e.key)}</h3>`;
+    if (v && v.identity === "workload") html += `<div class="muted">${esc(v.tracked.kind)} <span class="mono">${esc(v.tracked.name)}</span> · uid <span class="mono">${esc(v.tracked.uid)}</span></div>`;
     if (v) html += `<div><b>${esc(v.code)}</b> <span class="kind ${esc(v.kind)}">${esc(v.kind)}</span> <span class="muted">failed ${esc(when(v.failed_at))}</span></div><p>${esc(v.message)}</p>` +
       (v.reasons.length ? `<ul>${v.reasons.map((r) => `<li>${esc(r)}</li>`).join("")}</ul>` : "");
     html += `<h4>Faults in time order</h4>` + (e.faults.length ? `<div class="timeline">` + e.faults.map((f) => `<div class="ev ${esc(f.fault.severity)}">

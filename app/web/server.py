@@ -87,7 +87,8 @@ async def attempt(request: web.Request) -> web.Response:
         return _error(
             404,
             f"no attempt {key!r} in the fleet view: give an attempt key <cluster>/<namespace>/<run>/<action>/<attempt> "
-            "whose state the attempt stage still keeps (its retention after the attempt ended)",
+            "(or a workload's <cluster>/<namespace>/<Kind>/<name>/<uid>) whose state the attempt stage still keeps "
+            "(its retention after the attempt ended)",
         )
     return _json(evidence)
 
