@@ -102,16 +102,7 @@ def ops_applied(apiserver: Any) -> Any:
 def bare_apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A real API server of its own, with no CRD installed: a test installs the operators'
     own CRDs (tests/bridge/crds) and sees the bridge find them. Costs a start (3-7 s)."""
-    from tests.conftest import local_apiserver
+    from tests.conftest import running_apiserver
 
-    module = local_apiserver()
-    server = module.LocalApiServer(tmp_path_factory.mktemp("bare-apiserver"), install_crds=False)
-    try:
-        server.start()
-    except module.ApiServerError as exc:
-        server.stop()
-        pytest.fail(f"the local API server did not start: {exc}", pytrace=False)
-    try:
+    with running_apiserver(tmp_path_factory.mktemp("bare-apiserver"), install_crds=False) as server:
         yield server
-    finally:
-        server.stop()
