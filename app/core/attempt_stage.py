@@ -230,7 +230,7 @@ def fold_attempt(
     verdicts = verdicts_of(state, rules) if ident is not None else []
     if ident is None or not verdicts:
         return state, emits
-    counted = {f"{v.tracked.uid}/{v.generation}": _counted(v) for v in verdicts}
+    counted = {f"{v.tracked.uid}/{v.generation}": _counted(v, ident) for v in verdicts}
     if counted != state.counted:
         emits = [*emits, *failure_changes(ident.cluster, ident.namespace, fact.observed_at, state.counted, counted, rules)]
         state = msgspec.structs.replace(state, counted=counted)
@@ -244,8 +244,9 @@ def fold_attempt(
     return state, [Emit(CLASSIFIED_FAILURES, record.key, record), *emits]
 
 
-def _counted(v: _Verdict) -> Counted:
-    return Counted(hour_of(v.failed_at), v.outcome.code, v.outcome.kind, v.outcome.gpu_fault is not None)
+def _counted(v: _Verdict, ident: AttemptId) -> Counted:
+    workload_kind = v.tracked.kind if ident.identity == "workload" else ""
+    return Counted(hour_of(v.failed_at), v.outcome.code, v.outcome.kind, v.outcome.gpu_fault is not None, workload_kind)
 
 
 def attempt_expired(state: AttemptState, stream_time: datetime, rules: Rules) -> bool:

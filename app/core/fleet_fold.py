@@ -124,6 +124,7 @@ class FailureCount(msgspec.Struct, frozen=True, gc=False, array_like=True):
     kind: ErrorKind
     failures: int
     gpu_faults: int
+    workload_kind: str = ""  # SPEC R13.3: a workload attempt's object kind; "" under labels
 
 
 class FailureStats(msgspec.Struct, frozen=True, gc=False, tag="failures"):
@@ -133,7 +134,7 @@ class FailureStats(msgspec.Struct, frozen=True, gc=False, tag="failures"):
     namespace: str
     hour: datetime
     latest: datetime = _EPOCH
-    counts: tuple[FailureCount, ...] = ()  # by (code, kind)
+    counts: tuple[FailureCount, ...] = ()  # by (code, kind, workload kind)
 
 
 class QueueBucket(msgspec.Struct, frozen=True, gc=False, array_like=True):
@@ -418,15 +419,18 @@ def _on_failure(
             return None, []  # counted out of an hour no longer kept
         state = FailureStats(change.cluster, change.namespace, change.hour)
     state = msgspec.structs.replace(state, latest=max(state.latest, change.observed_at))
-    counts = {(c.code, c.kind): c for c in state.counts}
-    known = counts.get((change.code, change.kind)) or FailureCount(change.code, change.kind, 0, 0)
-    counts[(change.code, change.kind)] = FailureCount(
-        change.code, change.kind, known.failures + change.failures, known.gpu_faults + change.gpu_faults
-    )
+    counts = {(c.code, c.kind, c.workload_kind): c for c in state.counts}
+    which = (change.code, change.kind, change.workload_kind)
+    known = counts.get(which) or FailureCount(*which[:2], 0, 0, change.workload_kind)
+    counts[which] = FailureCount(change.code, change.kind, known.failures + change.failures, known.gpu_faults + change.gpu_faults, change.workload_kind)
     state = msgspec.structs.replace(state, counts=tuple(counts[k] for k in sorted(counts)))
-    count = counts[(change.code, change.kind)]
+    count = counts[which]
     key = f"{state.cluster}/{state.namespace}/{iso(state.hour)}/{count.code}/{count.kind}"
-    record = FailureRate(key, state.cluster, state.namespace, state.hour, count.code, count.kind, count.failures, count.gpu_faults)
+    if count.workload_kind:
+        key += f"/{count.workload_kind}"  # under labels, the key is as before SPEC R13
+    record = FailureRate(
+        key, state.cluster, state.namespace, state.hour, count.code, count.kind, count.failures, count.gpu_faults, count.workload_kind
+    )
     return state, [Emit(FAILURE_RATES, key, record)]
 
 

@@ -55,7 +55,7 @@ def fault_changes(
 
 
 def counted_failure(v: ClassifiedFailure) -> Counted:
-    return Counted(hour_of(v.failed_at), v.code, v.kind, v.gpu_fault is not None)
+    return Counted(hour_of(v.failed_at), v.code, v.kind, v.gpu_fault is not None, v.tracked.kind if v.identity == "workload" else "")
 
 
 def failure_changes(
@@ -75,7 +75,8 @@ def failure_changes(
         for counted, sign in ((old, -1), (new, 1)):
             if counted is not None:
                 change = FailureChange(
-                    cluster, observed_at, namespace, counted.hour, counted.code, counted.kind, sign, sign if counted.gpu_fault else 0
+                    cluster, observed_at, namespace, counted.hour, counted.code, counted.kind, sign, sign if counted.gpu_fault else 0,
+                    counted.workload_kind,
                 )
                 out.append(Emit(FLEET_INPUTS, failures_key(cluster, namespace, counted.hour), change))
     return out

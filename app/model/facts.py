@@ -215,6 +215,7 @@ class Counted(msgspec.Struct, frozen=True, gc=False, array_like=True):
     code: str
     kind: ErrorKind
     gpu_fault: bool
+    workload_kind: str = ""  # a workload attempt's object kind (SPEC R13.3); "" under labels
 
 
 class FailureChange(msgspec.Struct, frozen=True, gc=False, tag="FailureChange", tag_field="fact"):
@@ -229,6 +230,7 @@ class FailureChange(msgspec.Struct, frozen=True, gc=False, tag="FailureChange", 
     kind: ErrorKind
     failures: int
     gpu_faults: int  # of those, verdicts naming a GPU fault
+    workload_kind: str = ""  # a workload attempt's object kind (TrainJob, Job, Pod, ...); "" under labels
 
 
 class GangChange(msgspec.Struct, frozen=True, gc=False, tag="GangChange", tag_field="fact"):

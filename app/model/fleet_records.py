@@ -107,9 +107,10 @@ class QuarantineCandidate(_Record, tag="faultline.QuarantineCandidate/v1", tag_f
 
 
 class FailureRate(_Record, tag="faultline.FailureRate/v1", tag_field="schema"):
-    """`faultline.failure-rates`, key `<cluster>/<namespace>/<hour>/<code>/<kind>`:
-    failures whose current verdict has this code and kind, by the hour of `failed_at`.
-    A revision that changes the code moves the failure (both buckets are re-emitted)."""
+    """`faultline.failure-rates`, key `<cluster>/<namespace>/<hour>/<code>/<kind>`
+    (`/<workload_kind>` after it for workload attempts): failures whose current verdict
+    has this code and kind, by the hour of `failed_at`. A revision that changes the code
+    moves the failure (both buckets are re-emitted)."""
 
     key: str
     cluster: str
@@ -119,6 +120,9 @@ class FailureRate(_Record, tag="faultline.FailureRate/v1", tag_field="schema"):
     kind: ErrorKind
     failures: int
     gpu_faults: int  # of those, verdicts that name a GPU fault
+    # SPEC R13.3: the object kind of workload attempts (TrainJob, JobSet, Job, Pod, ...);
+    # "" for attempts under the orchestrator's labels (the only ones before R13).
+    workload_kind: str = ""
 
 
 class PreemptionWait(_Record, tag="faultline.PreemptionWait/v1", tag_field="schema"):

@@ -68,12 +68,14 @@ def render_metrics(view: FleetView, now: float | None = None, *, fleet: bool = T
         return "\n".join(lines) + "\n"
     _family(lines, "faultline_dead_letters_total", "counter", "Records that could not be read (faultline.dead-letter).",
             [({}, state.dead_letters)])
-    failed: dict[tuple[str, str], int] = {}
+    failed: dict[tuple[str, str, str], int] = {}
     for rate in state.failures.values():
-        failed[(rate.code, rate.kind)] = failed.get((rate.code, rate.kind), 0) + rate.failures
+        which = (rate.code, rate.kind, rate.workload_kind)
+        failed[which] = failed.get(which, 0) + rate.failures
     _family(lines, "faultline_failed_attempts", "gauge",
-            "Failed attempts within the history kept, by the code and kind of their current verdict.",
-            [({"code": code, "kind": kind}, n) for (code, kind), n in sorted(failed.items())])
+            "Failed attempts within the history kept, by the code and kind of their current verdict "
+            "(workload_kind: the object of a workload attempt, e.g. TrainJob, Job, Pod; absent under orchestrator labels).",
+            [({"code": code, "kind": kind, **({"workload_kind": w} if w else {})}, n) for (code, kind, w), n in sorted(failed.items())])
     _family(lines, "faultline_gpu_faults", "gauge", "Distinct GPU fault Events within the history kept, by severity (a repeating Event counts once).",
             [({"severity": s.lower()}, n) for s, n in severity_totals(state).items()])
     scopes = {"node": 0, "gpu": 0}

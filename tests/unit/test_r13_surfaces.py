@@ -99,3 +99,23 @@ def test_r13_3_the_fleet_read_model_reads_a_v1_verdict() -> None:
     state = FleetState()
     read(state, Emit(CLASSIFIED_FAILURES, v1.key, v1))
     assert [(r.key, r.attempt, r.identity, r.code) for r in state.recent] == [(v2.key, v2.key, "labels", v2.code)]
+
+
+def test_r13_3_metrics_count_workload_attempts_by_the_kind_of_their_object() -> None:
+    from app.core.fleet_view import LiveFleet
+    from app.web.metrics import render_metrics
+
+    for trace in ("workloads.jsonl", "mixed.jsonl"):
+        live = LiveFleet()
+        for emit in replayed(EXAMPLES / trace)[1]:
+            live.observe(emit)
+        lines = [line for line in render_metrics(live, now=0).splitlines() if line.startswith("faultline_failed_attempts{")]
+        if trace == "mixed.jsonl":
+            assert lines and not any("workload_kind" in line for line in lines)  # under labels: as before R13
+            continue
+        assert sorted(lines) == [
+            'faultline_failed_attempts{code="FailedIndexes",kind="SYSTEM",workload_kind="Job"} 1',
+            'faultline_failed_attempts{code="FailedJobs",kind="SYSTEM",workload_kind="JobSet"} 1',
+            'faultline_failed_attempts{code="FailedJobs",kind="SYSTEM",workload_kind="TrainJob"} 1',
+            'faultline_failed_attempts{code="GpuGspError",kind="SYSTEM",workload_kind="Pod"} 1',
+        ]
