@@ -3,11 +3,12 @@ interleaved in observation order as the bridge would publish them.
 
     python tests/integration/trace_gen.py --attempts 600 --seed 7 --out /tmp/big.jsonl
 
-Built from the unit tests' Kubernetes builders and attempt stories (tests/unit), plus the
-kinds those do not cover: a fault seen before its pod, events.k8s.io/v1 events, faults
-from another node, SXids on PyTorchJob workers, warn-only and user faults, succeeded pods
-with faults, unlabelled pods, repeating faults, Kueue preemptions of JobSets, and
-malformed records. Deterministic for a given seed.
+Built from the unit tests' Kubernetes builders and attempt stories (tests/unit), the
+workload attempts of SPEC R13 (a TrainJob, a bare JobSet, an indexed GPU Job, a bare GPU
+pod), plus the kinds those do not cover: a fault seen before its pod, events.k8s.io/v1
+events, faults from another node, SXids on PyTorchJob workers, warn-only and user faults,
+succeeded pods with faults, pods no attempt owns, CPU-only CronJob Jobs, repeating faults,
+Kueue preemptions of JobSets, and malformed records. Deterministic for a given seed.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def _pod_task(run: str, t0: datetime, node: str = b.NODE, **kw: Any) -> dict:
 
 def _story(name: str) -> Scenario:
     def scenario(rng: random.Random, run: str, t0: datetime) -> Records:
-        return stories.STORIES[name](run=run, t0=t0)
+        return {**stories.STORIES, **stories.WORKLOAD_STORIES}[name](run=run, t0=t0)
 
     scenario.__name__ = name
     return scenario
@@ -162,8 +163,10 @@ def succeeded_with_fault(rng: random.Random, run: str, t0: datetime) -> Records:
 
 
 def unlabelled_pod(rng: random.Random, run: str, t0: datetime) -> Records:
-    """R1: no attempt labels, never classified; its fault still goes to faultline.faults."""
-    p = b.pod(f"{run}-notebook", labels={"app": "jupyter"}, containers={"nb": b.running(t0 - b.minutes(60))})
+    """R1, R13.2: no attempt labels and a controller faultline does not track (a
+    Deployment's ReplicaSet): never classified; its fault still goes to faultline.faults."""
+    owners = [b.owner("ReplicaSet", f"{run}-notebook-7d9f", f"rs-{run}", "apps/v1")]
+    p = b.pod(f"{run}-notebook", labels={"app": "jupyter"}, owners=owners, containers={"nb": b.running(t0 - b.minutes(60))})
     return [
         b.record(p, t0 - b.minutes(60), "ADDED"),
         b.record(b.event(p, code=79, first=t0 - b.minutes(1)), t0 - b.minutes(1), "ADDED"),
@@ -286,6 +289,8 @@ def malformed(rng: random.Random, run: str, t0: datetime) -> Records:
 
 
 STORY_KINDS: dict[str, Scenario] = {name: _story(name) for name in stories.STORIES}
+# SPEC R13: workload attempts (the CPU-only CronJob Jobs are no attempts: OTHER_KINDS).
+WORKLOAD_KINDS: dict[str, Scenario] = {name: _story(name) for name in stories.WORKLOAD_STORIES if name != "cronjob-cpu"}
 EXTRA_KINDS: dict[str, Scenario] = {
     "event-before-pod": event_before_pod,
     "events-v1": events_v1,
@@ -299,8 +304,8 @@ EXTRA_KINDS: dict[str, Scenario] = {
     "gang-preempted-ends": gang_preempted_ends,
     "gang-pods-ready-timeout": gang_pods_ready_timeout,
 }
-ATTEMPT_KINDS: dict[str, Scenario] = {**STORY_KINDS, **EXTRA_KINDS}
-OTHER_KINDS: dict[str, Scenario] = {"unlabelled-pod": unlabelled_pod, "malformed": malformed}
+ATTEMPT_KINDS: dict[str, Scenario] = {**STORY_KINDS, **WORKLOAD_KINDS, **EXTRA_KINDS}
+OTHER_KINDS: dict[str, Scenario] = {"unlabelled-pod": unlabelled_pod, "cpu-jobs": _story("cronjob-cpu"), "malformed": malformed}
 
 
 def send(producer: Any, topic: str, line: dict, partitions: int) -> list[Any]:
