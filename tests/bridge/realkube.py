@@ -88,6 +88,47 @@ def collection_path(api_version: str, plural: str, ns: str) -> str:
     return f"{base}/namespaces/{ns}/{plural}"
 
 
+# Labels the API server puts on a Job's pod template itself (with the Job's uid).
+JOB_TEMPLATE_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid", "batch.kubernetes.io/job-name", "job-name")
+
+
+def submitted_job_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """A Job's spec as a client submits it: without the selector and the template labels
+    the API server generates from the Job's uid."""
+    spec = copy.deepcopy(spec)
+    spec.pop("selector", None)
+    labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels")
+    if isinstance(labels, dict):
+        for key in JOB_TEMPLATE_LABELS:
+            labels.pop(key, None)
+    return spec
+
+
+def controller_job_status(status: dict[str, Any], served: dict[str, Any]) -> dict[str, Any]:
+    """A story's Job status as the Job controller writes it, so the API server's status
+    validation (kubernetes pkg/apis/batch/validation, JobStatus) takes it: `startTime`
+    as first written (immutable; metav1.Time has whole seconds), `FailureTarget` before
+    `Failed` and `SuccessCriteriaMet` before `Complete`, with `completionTime` for a
+    complete Job, and no active or ready pod once it finished."""
+    status = copy.deepcopy(status)
+    if served.get("startTime"):
+        status["startTime"] = served["startTime"]
+    conditions = [c for c in status.get("conditions") or [] if isinstance(c, dict)]
+    true = {c.get("type") for c in conditions if c.get("status") == "True"}
+    for final, first in (("Failed", "FailureTarget"), ("Complete", "SuccessCriteriaMet")):
+        if final in true and first not in true:
+            done = next(c for c in conditions if c.get("type") == final and c.get("status") == "True")
+            conditions.insert(conditions.index(done), {**done, "type": first})
+    if conditions:
+        status["conditions"] = conditions
+    if true & {"Failed", "Complete"}:
+        status["active"], status["ready"] = 0, 0
+    if "Complete" in true and not status.get("completionTime"):
+        done = next(c for c in conditions if c.get("type") == "Complete")
+        status["completionTime"] = done.get("lastTransitionTime")
+    return status
+
+
 class StoryPlayer:
     """Plays story records in namespace `ns`. The server assigns every uid, so each uid of
     the story is replaced by the one its object got, wherever it is referred to (an
@@ -98,6 +139,7 @@ class StoryPlayer:
         self.uids: dict[str, str] = {}  # story uid -> real uid
         self.current: dict[tuple[str, str], dict[str, Any]] = {}  # (plural, name) -> the object as last served
         self.changes = 0  # writes that changed an object (each is one watch event)
+        self.specs: dict[tuple[str, str], Any] = {}  # (plural, name) -> the story's last spec
 
     def play(self, records: list[dict[str, Any]]) -> int:
         """Returns how many changes the watches see."""
@@ -148,6 +190,9 @@ class StoryPlayer:
         story_uid = obj["metadata"]["uid"]
         body = {k: v for k, v in obj.items() if k != "status"}
         body["metadata"] = {k: v for k, v in obj["metadata"].items() if k in CREATE_METADATA}
+        self.specs[(plural, obj["metadata"]["name"])] = obj.get("spec")
+        if plural == "jobs":
+            body["spec"] = submitted_job_spec(body.get("spec") or {})
         served = self._write("POST", self._path(obj, plural), body, plural, obj["metadata"]["name"])
         self.uids[story_uid] = served["metadata"]["uid"]
 
@@ -158,12 +203,20 @@ class StoryPlayer:
             self._write("PUT", self._path(obj, plural, name), body, plural, name)
             return
         meta = {**current["metadata"], **{k: v for k, v in obj["metadata"].items() if k in ("labels", "annotations")}}
-        if plural != "pods":  # a pod's spec is immutable (nodeName included)
-            current = self._write("PUT", self._path(obj, plural, name), {**current, "metadata": meta, "spec": obj.get("spec", {})}, plural, name)
+        spec, before = obj.get("spec", {}), self.specs.get((plural, name))
+        self.specs[(plural, name)] = spec
+        if plural == "jobs" and spec != before:  # the server's spec (selector, template labels) with what the story changed
+            changed = {k: v for k, v in spec.items() if (before or {}).get(k) != v and k not in ("selector", "template")}
+            current = self._write("PUT", self._path(obj, plural, name), {**current, "metadata": meta, "spec": {**current["spec"], **changed}}, plural, name)
+        elif plural == "jobs" and meta != current["metadata"]:
+            current = self._write("PUT", self._path(obj, plural, name), {**current, "metadata": meta}, plural, name)
+        elif plural not in ("pods", "jobs"):  # a pod's spec is immutable (nodeName included)
+            current = self._write("PUT", self._path(obj, plural, name), {**current, "metadata": meta, "spec": spec}, plural, name)
         elif meta != current["metadata"]:
             current = self._write("PUT", self._path(obj, plural, name), {**current, "metadata": meta}, plural, name)
         if "status" in obj:
-            self._write("PUT", self._path(obj, plural, name, status=True), {**current, "status": obj["status"]}, plural, name)
+            status = controller_job_status(obj["status"], current.get("status") or {}) if plural == "jobs" else obj["status"]
+            self._write("PUT", self._path(obj, plural, name, status=True), {**current, "status": status}, plural, name)
 
     def _delete(self, plural: str, name: str) -> None:
         current = self.current.pop((plural, name))
