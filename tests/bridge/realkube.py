@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import os
 import re
+import signal
 import subprocess
 import sys
 import uuid
@@ -65,6 +66,17 @@ def faultline(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[st
     """`faultline ARGS` to its end."""
     return subprocess.run([sys.executable, "-m", "app", *args], cwd=ROOT, env=faultline_env(), capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def interrupt(proc: subprocess.Popen[bytes], how: int = signal.SIGINT) -> None:
+    """Stop a `faultline` command as Ctrl-C does (or with `how`), killing it after 60 s."""
+    if proc.poll() is None:
+        proc.send_signal(how)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
 
 
 def wrong_ca_kubeconfig(kube: Any, tmp_path: Path) -> Path:

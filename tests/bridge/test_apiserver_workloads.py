@@ -8,7 +8,6 @@ prints a verdict for each of the four, the same as `faultline classify` of the t
 from __future__ import annotations
 
 import re
-import signal
 import subprocess
 import sys
 from collections import Counter
@@ -20,7 +19,7 @@ import orjson
 import pytest
 
 from tests.bridge.helpers import wait_for
-from tests.bridge.realkube import ROOT, StoryPlayer, faultline_env, namespace
+from tests.bridge.realkube import ROOT, StoryPlayer, faultline_env, interrupt, namespace
 from tests.unit import builders, stories
 from tests.unit.scenario import final_verdicts
 
@@ -116,16 +115,6 @@ def start(*args: str, out: Path, err: Path) -> subprocess.Popen[bytes]:
                                 stdin=subprocess.DEVNULL)
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-
-
 def test_r13_run_on_the_api_server_prints_the_verdicts_classify_gives_for_the_recorded_trace(apiserver, tmp_path):
     records = workload_stories(datetime.now(timezone.utc) - timedelta(minutes=2))
     expected = story_summary(records)
@@ -146,7 +135,7 @@ def test_r13_run_on_the_api_server_prints_the_verdicts_classify_gives_for_the_re
         wait_for(lambda: len(verdicts_in(outputs)) == len(expected), timeout=60, what=f"{len(expected)} verdicts from run")
     finally:
         for proc in procs.values():
-            stop(proc)
+            interrupt(proc)
     texts = {name: (out.read_text(), err.read_text()) for name, (out, err) in logs.items()}
     assert all(proc.returncode == 0 for proc in procs.values()), texts
     assert not any("Traceback" in err for _, err in texts.values()), texts

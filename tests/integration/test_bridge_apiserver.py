@@ -5,7 +5,6 @@ on every partition, never for what Kafka did not acknowledge."""
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ from app.model.records import CLASSIFIED_FAILURES
 from app.settings import Settings
 from app.kafka.topics import create_topics
 from tests.bridge.helpers import wait_for
-from tests.bridge.realkube import ROOT, StoryPlayer, faultline_env, namespace, seconds_after_start, wrong_ca_kubeconfig
+from tests.bridge.realkube import ROOT, StoryPlayer, faultline_env, interrupt, namespace, seconds_after_start, wrong_ca_kubeconfig
 from tests.unit import builders, stories
 from tests.unit.scenario import final_verdicts
 
@@ -36,13 +35,7 @@ def faultline(*args: str, log: Path) -> subprocess.Popen[bytes]:
 
 
 def stop(proc: subprocess.Popen[bytes], log: Path) -> str:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+    interrupt(proc)
     text = log.read_text(errors="replace")
     assert proc.returncode == 0, f"exit {proc.returncode}:\n{text[-3000:]}"
     assert "Traceback" not in text, text[-3000:]
