@@ -4,6 +4,9 @@
 JSON (env, volumes, tolerations, affinity, conditions, container statuses), ~20% events
 (most of them ordinary kubelet events, some GPU faults), ~10% tracked CRDs. Attempts are
 pod tasks and MPIJobs with workers; a few hundred of them fail, some after a GPU fault.
+With `workloads` (SPEC R13), half the attempt slots go to workloads without an
+orchestrator instead: TrainJobs (their JobSet, Jobs and pods), bare JobSets, GPU batch
+Jobs and bare GPU pods, and CPU-only CronJob Jobs that are no attempts.
 
 `failed_fleet`: the fleet at scale (issue 17): only failed attempts, most after a GPU
 fault, on many nodes with several GPUs each, over namespaces, Kueue queues and hours.
@@ -36,10 +39,12 @@ def _env(i: int) -> list[dict]:
 
 
 def pod_object(
-    name: str, uid: str, labels: dict, node: str, phase: str, state: dict, rv: int, created: datetime, i: int, *, namespace: str = "ml-team", slim: bool = False
+    name: str, uid: str, labels: dict, node: str, phase: str, state: dict, rv: int, created: datetime, i: int, *,
+    namespace: str = "ml-team", slim: bool = False, owners: list[dict] | None = None, gpu: bool = True,
 ) -> dict:
     """A Pod as the API serves it; `slim`: only what the rules read (metadata, node,
-    containers, phase and container states), for traces whose point is their count."""
+    containers, phase and container states), for traces whose point is their count.
+    `owners`: its ownerReferences (default: Flyte's TaskAction); `gpu`: it asks for 8 GPUs."""
     if slim:
         return {
             "apiVersion": "v1",
@@ -59,7 +64,7 @@ def pod_object(
             "creationTimestamp": _ts(created),
             "labels": labels,
             "annotations": {"primary_container_name": "main", "cluster-autoscaler.kubernetes.io/safe-to-evict": "false", "flyte.org/execution-url": f"https://flyte.example/runs/{name}"},
-            "ownerReferences": [{"apiVersion": "flyte.org/v1", "kind": "TaskAction", "name": name[:40], "uid": f"owner-{uid}", "controller": True, "blockOwnerDeletion": True}],
+            "ownerReferences": owners if owners is not None else [{"apiVersion": "flyte.org/v1", "kind": "TaskAction", "name": name[:40], "uid": f"owner-{uid}", "controller": True, "blockOwnerDeletion": True}],
         },
         "spec": {
             "containers": [
@@ -69,7 +74,7 @@ def pod_object(
                     "command": ["python", "-m", "trainer.main"],
                     "args": ["--config", "/etc/trainer/config.yaml", "--resume", "auto"],
                     "env": _env(i),
-                    "resources": {"limits": {"cpu": "96", "memory": "1800Gi", "nvidia.com/gpu": "8"}, "requests": {"cpu": "90", "memory": "1700Gi", "nvidia.com/gpu": "8"}},
+                    "resources": _resources(gpu),
                     "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "config", "mountPath": "/etc/trainer"}, {"name": "kube-api-access", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": True}],
                     "terminationMessagePath": "/dev/termination-log",
                     "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -94,6 +99,12 @@ def pod_object(
             "qosClass": "Guaranteed",
         },
     }
+
+
+def _resources(gpu: bool) -> dict:
+    if gpu:
+        return {"limits": {"cpu": "96", "memory": "1800Gi", "nvidia.com/gpu": "8"}, "requests": {"cpu": "90", "memory": "1700Gi", "nvidia.com/gpu": "8"}}
+    return {"limits": {"cpu": "2", "memory": "4Gi"}, "requests": {"cpu": "1", "memory": "2Gi"}}
 
 
 def _record(topic: str, key: str, change: str, at: datetime, obj: dict) -> tuple[str, str, bytes]:
@@ -150,6 +161,92 @@ def _workload(job_uid: str, at: datetime, admitted: bool) -> dict:
     }
 
 
+# --- workloads without an orchestrator (SPEC R13) ----------------------------------------------
+
+Pod = tuple[str, str, dict, "list[dict] | None", bool]  # name, uid, labels, ownerReferences, asks for a GPU
+
+
+def _owner(kind: str, name: str, uid: str, api_version: str) -> dict:
+    return {"apiVersion": api_version, "kind": kind, "name": name, "uid": uid, "controller": True, "blockOwnerDeletion": True}
+
+
+def _ended(at: datetime, failed: bool | None, done: str, reason: str) -> list[dict]:
+    """A terminal condition (`Failed`, or `done` on success), or none while running."""
+    if failed is None:
+        return []
+    type_, why = ("Failed", reason) if failed else (done, "")
+    return [{"type": type_, "status": "True", "reason": why, "message": "", "lastTransitionTime": _ts(at)}]
+
+
+def _trainjob(name: str, uid: str, at: datetime, failed: bool | None) -> dict:
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": name, "namespace": "ml-team", "uid": uid, "creationTimestamp": _ts(at)},
+            "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": {"numNodes": 2}}, "status": {"conditions": _ended(at, failed, "Complete", "FailedJobs")}}  # fmt: skip
+
+
+def _bare_jobset(name: str, uid: str, at: datetime, owners: list[dict], failed: bool | None) -> dict:
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": name, "namespace": "ml-team", "uid": uid, "creationTimestamp": _ts(at), "ownerReferences": owners},
+            "spec": {"replicatedJobs": [{"name": "node", "replicas": 2}]},
+            "status": {"conditions": _ended(at, failed, "Completed", "FailedJobs"), "replicatedJobsStatus": [{"name": "node", "ready": 2, "succeeded": 0, "failed": 0, "active": 2}]}}  # fmt: skip
+
+
+def _batch_job(name: str, uid: str, at: datetime, owners: list[dict], labels: dict, gpu: bool, failed: bool | None) -> dict:
+    own = {"batch.kubernetes.io/controller-uid": uid, "batch.kubernetes.io/job-name": name, "controller-uid": uid, "job-name": name}
+    template = {"metadata": {"labels": {**labels, **own}}, "spec": {"containers": [{"name": "main", "image": "ghcr.io/acme/trainer:2026.08.3", "resources": _resources(gpu)}], "restartPolicy": "Never"}}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": "ml-team", "uid": uid, "labels": labels, "creationTimestamp": _ts(at), "ownerReferences": owners},
+            "spec": {"completions": 2 if gpu else 1, "parallelism": 2 if gpu else 1, "completionMode": "Indexed", "backoffLimit": 0, "template": template},
+            "status": {"conditions": _ended(at, failed, "Complete", "BackoffLimitExceeded")}}  # fmt: skip
+
+
+def _workload_attempt(kind: str, a: int, start: datetime, end: datetime, fails: bool) -> tuple[list[tuple[str, str, bytes]], list[Pod], list[tuple[str, str, bytes]]]:
+    """A workload attempt (or a CPU-only CronJob Job, `cron`): its records before its
+    pods, its pods, and its records once they ended."""
+    head: list[tuple[str, str, bytes]] = []
+    tail: list[tuple[str, str, bytes]] = []
+    pods: list[Pod] = []
+    if kind in ("trainjob", "jobset"):
+        name, js_uid = f"{kind}-{a}", f"js-{a}"
+        owners = []
+        if kind == "trainjob":
+            tj = _trainjob(name, f"tj-{a}", start, None)
+            head.append(_record("k8s.jobs", f"tj-{a}", "ADDED", start, tj))
+            tail.append(_record("k8s.jobs", f"tj-{a}", "MODIFIED", end + timedelta(seconds=6), _trainjob(name, f"tj-{a}", end, fails)))
+            owners = [_owner("TrainJob", name, f"tj-{a}", "trainer.kubeflow.org/v1alpha1")]
+        head.append(_record("k8s.jobs", js_uid, "ADDED", start, _bare_jobset(name, js_uid, start, owners, None)))
+        tail.append(_record("k8s.jobs", js_uid, "MODIFIED", end + timedelta(seconds=5), _bare_jobset(name, js_uid, end, owners, fails)))
+        js_owner = [_owner("JobSet", name, js_uid, "jobset.x-k8s.io/v1alpha2")]
+        for j in range(2):
+            labels = {"jobset.sigs.k8s.io/jobset-name": name, "jobset.sigs.k8s.io/jobset-uid": js_uid, "jobset.sigs.k8s.io/replicatedjob-name": "node",
+                      "jobset.sigs.k8s.io/restart-attempt": "0", "jobset.sigs.k8s.io/job-index": str(j)}  # fmt: skip
+            job_name, job_uid = f"{name}-node-{j}", f"job-{a}-{j}"
+            head.append(_record("k8s.jobs", job_uid, "ADDED", start, _batch_job(job_name, job_uid, start, js_owner, labels, True, None)))
+            own = {"batch.kubernetes.io/controller-uid": job_uid, "batch.kubernetes.io/job-name": job_name}
+            pods.append((f"{job_name}-0-x7k2p", f"p{a}-{j}", {**labels, **own}, [_owner("Job", job_name, job_uid, "batch/v1")], True))
+    elif kind in ("job", "cron"):
+        gpu = kind == "job"
+        name, uid = (f"job-{a}", f"job-{a}") if gpu else (f"report-{a}", f"cron-job-{a}")
+        owners = [] if gpu else [_owner("CronJob", "report", "cron-report", "batch/v1")]
+        head.append(_record("k8s.jobs", uid, "ADDED", start, _batch_job(name, uid, start, owners, {}, gpu, None)))
+        tail.append(_record("k8s.jobs", uid, "MODIFIED", end + timedelta(seconds=5), _batch_job(name, uid, end, owners, {}, gpu, fails)))
+        own = {"batch.kubernetes.io/controller-uid": uid, "batch.kubernetes.io/job-name": name, "controller-uid": uid, "job-name": name}
+        for j in range(2 if gpu else 1):
+            pods.append((f"{name}-{j}-q4m8d", f"p{a}-{j}", {**own, "batch.kubernetes.io/job-completion-index": str(j)}, [_owner("Job", name, uid, "batch/v1")], gpu))
+    else:  # a bare GPU pod
+        pods.append((f"notebook-{a}", f"p{a}", {"app": "notebook"}, [], True))
+    return head, pods, tail
+
+
+WORKLOAD_KINDS = ("trainjob", "jobset", "job", "bare")
+
+
+def _kind_of(a: int, workloads: bool) -> str:
+    """Without workloads: MPIJobs and pod tasks in turn. With them (SPEC R13), a quarter
+    each of MPIJobs, pod tasks, workload attempts (TrainJob, bare JobSet, GPU Job, bare
+    pod in turn) and CPU-only CronJob Jobs."""
+    if not workloads:
+        return "mpijob" if a % 2 == 0 else "pod"
+    return ("mpijob", "pod", WORKLOAD_KINDS[(a // 4) % len(WORKLOAD_KINDS)], "cron")[a % 4]
+
+
 SOURCE_TOPICS = ("k8s.pods", "k8s.events", "k8s.jobs", "k8s.workloads")
 # Attempts between two rounds of progress records: one round per ~1,000 records, the
 # bridge's cadence (a round a second) when it publishes 1,000 records/s. Each round fans
@@ -163,12 +260,13 @@ def _bookmark(topic: str, at: datetime) -> tuple[str, str, bytes]:
     return topic, "progress", orjson.dumps({"type": "BOOKMARK", "observed_at": _ts(at), "cluster": "prod-a", "object": obj})
 
 
-def generate(records: int, seed: int = 1, progress: bool = True) -> Iterator[tuple[str, str, bytes]]:
+def generate(records: int, seed: int = 1, progress: bool = True, workloads: bool = False) -> Iterator[tuple[str, str, bytes]]:
     """`records` source records, in observation order per attempt, attempts staggered
     in time so that finished ones expire (R7.4) as the trace goes on; with the bridge's
     progress (SPEC R12.1) on every topic after every few attempts, dated so that it claims
     only records already written (an attempt's records span 12 minutes; attempts start
-    30 s apart), unless `progress` is False. Progress records count in `records`."""
+    30 s apart), unless `progress` is False. Progress records count in `records`.
+    `workloads`: with workload attempts and CPU-only CronJob Jobs (`_kind_of`)."""
     rnd = random.Random(seed)
     produced = 0
     for a in itertools.count():
@@ -178,36 +276,45 @@ def generate(records: int, seed: int = 1, progress: bool = True) -> Iterator[tup
         xid = rnd.choice([79, 48, 63, 31, 92]) if fails and rnd.random() < 0.6 else None
         node = f"gpu-{a % 400}"
         out: list[tuple[str, str, bytes]] = []
-        if a % 2 == 0:  # an MPIJob with 3 workers, admitted by Kueue
+        kind = _kind_of(a, workloads)
+        end = start + timedelta(minutes=10)
+        tail: list[tuple[str, str, bytes]] = []
+        pods: list[Pod]
+        if kind == "mpijob":  # an MPIJob with 3 workers, admitted by Kueue
             job_uid, name = f"mpi-{a}", f"mpi-{a}"
             out.append(_record("k8s.jobs", job_uid, "ADDED", start, _mpijob(name, job_uid, labels, start, None)))
             out.append(_record("k8s.workloads", f"wl-{job_uid}", "ADDED", start, _workload(job_uid, start, False)))
             out.append(_record("k8s.workloads", f"wl-{job_uid}", "MODIFIED", start + timedelta(seconds=2), _workload(job_uid, start, True)))
             out.append(_record("k8s.jobs", job_uid, "MODIFIED", start + timedelta(seconds=3), _mpijob(name, job_uid, labels, start, None)))
-            pods = [(f"{name}-worker-{w}", f"p{a}-{w}", {**labels, "training.kubeflow.org/job-name": name, "training.kubeflow.org/replica-type": "worker"}) for w in range(3)]
+            pods = [(f"{name}-worker-{w}", f"p{a}-{w}", {**labels, "training.kubeflow.org/job-name": name, "training.kubeflow.org/replica-type": "worker"}, None, True) for w in range(3)]
+            tail = [_record("k8s.jobs", f"mpi-{a}", "MODIFIED", end + timedelta(seconds=5), _mpijob(f"mpi-{a}", f"mpi-{a}", labels, end, fails))]
+        elif kind == "pod":
+            pods = [(f"task-{a}", f"p{a}", labels, None, True)]
         else:
-            pods = [(f"task-{a}", f"p{a}", labels)]
+            head, pods, tail = _workload_attempt(kind, a, start, end, fails)
+            out += head
+            if kind == "cron":
+                xid = None  # a CPU pod has no GPU to fault
         rv = a * 100
-        end = start + timedelta(minutes=10)
-        for pname, puid, plabels in pods:
+        for pname, puid, plabels, owners, gpu in pods:
             running = {"running": {"startedAt": _ts(start)}}
             for step in range(5):  # scheduled, running, readiness flaps
                 rv += 1
-                out.append(_record("k8s.pods", puid, "ADDED" if step == 0 else "MODIFIED", start + timedelta(seconds=10 * step), pod_object(pname, puid, plabels, node, "Running", running, rv, start, a)))
+                pod = pod_object(pname, puid, plabels, node, "Running", running, rv, start, a, owners=owners, gpu=gpu)
+                out.append(_record("k8s.pods", puid, "ADDED" if step == 0 else "MODIFIED", start + timedelta(seconds=10 * step), pod))
             out.append(_record("k8s.events", puid, "ADDED", start + timedelta(seconds=5), _event(pname, puid, node, start, 1)))
         if xid is not None:
-            pname, puid, _ = pods[-1]
+            pname, puid = pods[-1][:2]
             out.append(_record("k8s.events", puid, "ADDED", end - timedelta(minutes=1), _event(pname, puid, node, end - timedelta(minutes=1), 2, gpu=xid)))
-        for pname, puid, plabels in pods:
+        for pname, puid, plabels, owners, gpu in pods:
             rv += 1
             dead = {"terminated": {"exitCode": 1 if fails else 0, "reason": "Error" if fails else "Completed", "startedAt": _ts(start), "finishedAt": _ts(end)}}
             phase = "Failed" if fails else "Succeeded"
-            out.append(_record("k8s.pods", puid, "MODIFIED", end, pod_object(pname, puid, plabels, node, phase, dead, rv, start, a)))
-            out.append(_record("k8s.pods", puid, "DELETED", end + timedelta(minutes=2), pod_object(pname, puid, plabels, node, phase, dead, rv + 1, start, a)))
-        if a % 2 == 0:
-            out.append(_record("k8s.jobs", f"mpi-{a}", "MODIFIED", end + timedelta(seconds=5), _mpijob(f"mpi-{a}", f"mpi-{a}", labels, end, fails)))
+            out.append(_record("k8s.pods", puid, "MODIFIED", end, pod_object(pname, puid, plabels, node, phase, dead, rv, start, a, owners=owners, gpu=gpu)))
+            out.append(_record("k8s.pods", puid, "DELETED", end + timedelta(minutes=2), pod_object(pname, puid, plabels, node, phase, dead, rv + 1, start, a, owners=owners, gpu=gpu)))
+        out += tail
         for _ in range(rnd.randint(1, 3)):  # ordinary events keep flowing
-            pname, puid, _ = rnd.choice(pods)
+            pname, puid = rnd.choice(pods)[:2]
             out.append(_record("k8s.events", puid, "ADDED", end, _event(pname, puid, node, end, rnd.randint(3, 99))))
         if progress and a % PROGRESS_EVERY == 0 and a >= 25:
             out += [_bookmark(topic, T0 + timedelta(seconds=30 * (a - 25))) for topic in SOURCE_TOPICS]
