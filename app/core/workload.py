@@ -38,7 +38,7 @@ TRACKED_OWNERS: Final = frozenset(
 
 # kubernetes-sigs/jobset api/jobset/v1alpha2/jobset_types.go (JobSetNameKey, JobSetUIDKey):
 # the JobSet controller sets both on every child Job and on its pod template
-# (pkg/controllers/jobset_controller.go, labelAndAnnotateObject).
+# (pkg/controllers/jobset_controller.go, labelAndAnnotateObject); the uid since v0.9.0 (#862).
 JOBSET_NAME: Final = "jobset.sigs.k8s.io/jobset-name"
 JOBSET_UID: Final = "jobset.sigs.k8s.io/jobset-uid"
 # kubernetes/api batch/v1/types.go (ControllerUidLabel, JobNameLabel): the Job controller
