@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
-import yaml
+from tests.bridge import kustomize
 
 MANIFESTS = Path(__file__).resolve().parents[2] / "ops" / "k8s"
 
 
-def documents(names: str = "*.yaml") -> list[tuple[str, dict[str, Any]]]:
-    """(file name, document) of every manifest, in file order; Namespaces first, as
-    `kubectl apply -f ops/k8s/` needs them."""
-    docs = []
-    for path in sorted(MANIFESTS.glob(names)):
-        for doc in yaml.safe_load_all(path.read_text()):
-            if doc:
-                docs.append((path.name, doc))
-    return sorted(docs, key=lambda named: named[1]["kind"] != "Namespace")
+def documents(names: str = "*.yaml", components: list[str] | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """(file name, document) of every object `kubectl apply -k ops/k8s` applies (the
+    README's command), in the order it applies them; `names`: only those of the files
+    whose name matches; `components`: with these of ops/k8s's opt-in components."""
+    return [(Path(file).name, doc) for file, doc in kustomize.build(MANIFESTS, components) if fnmatch(Path(file).name, names)]
 
 
 def by_kind(kind: str, name: str) -> dict[str, Any]:
@@ -45,3 +42,14 @@ def apply(kube: Any, doc: dict[str, Any]) -> None:
         kube.call("PUT", path + "?fieldValidation=Strict", doc)
     elif status != 201:
         raise AssertionError(f"{doc['kind']} {doc['metadata']['name']}: HTTP {status}: {answer}")
+
+
+def dry_run(kube: Any, doc: dict[str, Any]) -> dict[str, Any]:
+    """Server-side dry run of applying `doc` (created or updated, as `kubectl apply
+    --dry-run=server` would): validated strictly and admitted, nothing stored; the object
+    as the server would store it."""
+    path = f"{collection(doc)}/{doc['metadata']['name']}?dryRun=All&fieldManager=faultline-tests&force=true&fieldValidation=Strict"
+    status, answer = kube.request("PATCH", path, doc, content_type="application/apply-patch+yaml")
+    if status not in (200, 201):
+        raise AssertionError(f"{doc['kind']} {doc['metadata']['name']}: HTTP {status}: {answer}")
+    return answer
