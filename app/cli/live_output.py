@@ -50,14 +50,14 @@ def verdict_cells(v: ClassifiedFailure, previous: Shown | None) -> tuple[str, ..
             notes.append(f"same verdict, its evidence updated (revision {v.revision})")
     if not v.terminal:
         notes.append(f"restarted in place (generation {v.generation})")
-    return (REVISED if v.revision else VERDICT, v.key, v.code, v.kind, fault, pod, "; ".join(notes))
+    return (REVISED if v.revision else VERDICT, render.attempt_name(v), v.code, v.kind, fault, pod, "; ".join(notes))
 
 
 def transition_cells(t: GangTransition) -> tuple[str, ...]:
     # KIND: whose retry the transition costs (R9), as a verdict's kind says whose fault it was.
     waited = f"waited {t.waited_seconds:g}s; " if t.waited_seconds is not None else ""
     retry = t.retry.upper() if t.retry else "-"
-    return (GANG, t.key, t.code or "-", retry, f"{t.from_} -> {t.to}", "-", waited + t.reason)
+    return (GANG, render.attempt_name(t), t.code or "-", retry, f"{t.from_} -> {t.to}", "-", waited + t.reason)
 
 
 class LivePrinter:

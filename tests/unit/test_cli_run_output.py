@@ -96,3 +96,16 @@ def test_a_revision_after_a_restart_names_the_verdict_the_earlier_run_printed():
     uninterrupted, _ = printed([first, later])
     assert restarted[1:] == uninterrupted[2:] and restarted[1].endswith("was Error USER")
     assert len(out.splitlines()) == 2
+
+
+def test_a_workload_attempt_is_named_as_classify_names_it():
+    """SPEC R13.3: by kind and name with its uid shortened (render.attempt_name), as every table."""
+    from app.cli import render
+
+    emits = emits_of("workloads.jsonl")
+    lines, _ = printed(emits)
+    named = {render.attempt_name(e.value) for e in emits if e.topic in (CLASSIFIED_FAILURES, GANG_TRANSITIONS)}
+    assert any("/TrainJob/" in name for name in named)
+    column = lines[0].index("ATTEMPT / JOBSET")
+    shown = {re.sub(r"\s{2,}.*", "", row[column:]) for row in lines[1:] if not row.startswith(" ")}
+    assert named <= shown, shown
