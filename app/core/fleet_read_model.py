@@ -12,6 +12,7 @@ a person looks at. No I/O and no clock.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 import msgspec
 
@@ -57,6 +58,10 @@ class FleetState(msgspec.Struct):
     """The read model: the latest derived record per key, and what the page lists."""
 
     stream_time: datetime | None = None  # the newest time any record read speaks of
+    # Per cluster, the newest time its records speak of: each cluster's history is kept on
+    # its own stream time (SPEC R12: clusters' watermarks are independent), so a cluster far
+    # behind another keeps its faults beside its quarantine candidates.
+    cluster_times: dict[str, datetime] = {}
     nodes: dict[str, NodeFaultRate] = {}
     gpus: dict[str, GpuFaultRate] = {}
     candidates: dict[str, QuarantineCandidate] = {}  # latest per node or GPU, candidate or cleared
@@ -90,21 +95,22 @@ def read(state: FleetState, emit: Emit, settings: FleetSettings = DEFAULT_FLEET)
         if not state.quarantine_log or state.quarantine_log[0] != value:
             state.quarantine_log.insert(0, value)
             del state.quarantine_log[QUARANTINE_LOG:]
-        _advance(state, value.at, settings)
+        _advance(state, value.cluster, value.at, settings)
     elif isinstance(value, (ClassifiedFailure, records_v1.ClassifiedFailure)):
         value = records_v1.upgraded(value)  # a v1 verdict is an attempt under labels (R13.3)
         assert isinstance(value, ClassifiedFailure)
         _recent(state, value, settings)
-        _advance(state, value.failed_at, settings)
+        _advance(state, value.cluster, value.failed_at, settings)
     elif isinstance(value, DeadLetter):
         state.dead_letters += 1
 
 
-def _keep(state: FleetState, table: dict, key: str, record: object, at: datetime, settings: FleetSettings) -> None:
-    if state.stream_time is not None and hour_of(at) < horizon(state.stream_time, settings):
-        return  # older than the history kept
+def _keep(state: FleetState, table: dict, key: str, record: Any, at: datetime, settings: FleetSettings) -> None:
+    now = state.cluster_times.get(record.cluster)
+    if now is not None and hour_of(at) < horizon(now, settings):
+        return  # older than the history its cluster keeps
     table[key] = record
-    _advance(state, at, settings)
+    _advance(state, record.cluster, at, settings)
 
 
 def horizon(at: datetime, settings: FleetSettings) -> datetime:
@@ -112,18 +118,26 @@ def horizon(at: datetime, settings: FleetSettings) -> datetime:
     return hour_of(at) - timedelta(hours=settings.history_hours - 1)
 
 
-def _advance(state: FleetState, at: datetime, settings: FleetSettings) -> None:
-    """Move the view's time; forget hours that fell out of the history (every new hour)."""
-    if state.stream_time is not None and at <= state.stream_time:
+def _advance(state: FleetState, cluster: str, at: datetime, settings: FleetSettings) -> None:
+    """Move the view's time and the cluster's; forget the cluster's hours that fell out of
+    its history (every new hour of its own)."""
+    if state.stream_time is None or at > state.stream_time:
+        state.stream_time = at
+    now = state.cluster_times.get(cluster)
+    if now is not None and at <= now:
         return
-    swept = state.stream_time is None or hour_of(at) != hour_of(state.stream_time)
-    state.stream_time = at
-    if not swept:
+    state.cluster_times[cluster] = at
+    if now is not None and hour_of(at) == hour_of(now):
         return
     oldest = horizon(at, settings)
     for table in (state.nodes, state.gpus, state.failures, state.waits):
-        for key in [k for k, r in table.items() if r.hour < oldest]:
+        for key in [k for k, r in table.items() if r.cluster == cluster and r.hour < oldest]:
             del table[key]
+
+
+def oldest_hour(state: FleetState, settings: FleetSettings) -> datetime | None:
+    """The oldest hour any cluster's history keeps (None before any record)."""
+    return min((horizon(at, settings) for at in state.cluster_times.values()), default=None)
 
 
 def _recent(state: FleetState, v: ClassifiedFailure, settings: FleetSettings) -> None:

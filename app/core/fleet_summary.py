@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 import msgspec
 
 from app.core.fleet_fold import SEVERITIES, fault_label, hour_of
-from app.core.fleet_read_model import FleetState, VerdictRow, horizon
+from app.core.fleet_read_model import FleetState, VerdictRow, horizon, oldest_hour
 from app.core.rules import DEFAULT_FLEET, FleetSettings
 from app.model.fleet_records import (
     FailureRate,
@@ -264,7 +264,7 @@ def hour_points(state: FleetState, settings: FleetSettings = DEFAULT_FLEET) -> l
         row[1] += record.failures if record.kind == "SYSTEM" else 0
     last = hour_of(state.stream_time)
     first = min([*faults, *failures], default=last)
-    first = max(first, horizon(state.stream_time, settings))
+    first = max(first, oldest_hour(state, settings) or horizon(state.stream_time, settings))  # each cluster's own history
     points = []
     hour = first
     while hour <= last:
