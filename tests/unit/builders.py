@@ -448,7 +448,8 @@ def with_progress(
     if not records:
         return []
     times = times or [datetime.fromisoformat(r["value"]["observed_at"]) for r in records]
-    clusters = sorted({r["value"]["cluster"] for r in records if isinstance(r.get("value"), dict) and isinstance(r["value"].get("cluster"), str) and r["value"]["cluster"]})
+    # The bridge of a cluster writes its progress; a malformed record's cluster ("", "prod/a") has none.
+    clusters = sorted({c for r in records if isinstance(r.get("value"), dict) and isinstance(c := r["value"].get("cluster"), str) and c and "/" not in c})
     out: list[dict] = []
     mark = min(times) + every
     for record, at in zip(records, times, strict=True):
