@@ -79,10 +79,13 @@ def requests_gpu(spec: PodSpec, rules: Rules) -> bool:
     resources costs as many lookups as `gpu_resources` has names."""
     if spec.resource_claims:
         return True
+    names = rules.gpu_resources
     for container in spec.containers:
-        limits, requests = container.resources.limits, container.resources.requests
-        if (limits or requests) and any(r in limits or r in requests for r in rules.gpu_resources):
-            return True
+        resources = container.resources
+        limits, requests = resources.limits, resources.requests
+        for name in names:  # a loop, not any(): this runs for every pod record that changed
+            if name in limits or name in requests:
+                return True
     return False
 
 
