@@ -79,6 +79,9 @@ def run_worker(args: argparse.Namespace) -> int:
     from app.web.faust_mount import mount
 
     app, stages, fleet = build_app(settings, rules)
+    from app.stream import logs
+
+    logs.install()  # a broker outage in a few lines, not an ERROR per attempt (app/stream/logs.py)
     if settings.web_port != 0:
         mount(app, fleet)  # the fleet page under /fleet/, Prometheus /metrics
     print(f"faultline: worker {settings.app_id} with rules {rules.version}", file=sys.stderr, flush=True)
