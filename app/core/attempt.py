@@ -95,7 +95,7 @@ def pod_route(pod: PodFacts, rules: Rules) -> Route | None:
     if job is not None:
         attempt = w.workload_attempt(cluster, namespace, w.JOB, *job)
         return Route(attempt.key, attempt)
-    if owner is None:
+    if not pod.controlled:
         attempt = w.workload_attempt(cluster, namespace, w.POD, pod.name, pod.uid)
         return Route(attempt.key, attempt)
     return None

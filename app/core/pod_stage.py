@@ -21,7 +21,7 @@ from app.core.fault_events import FaultEvent, fault_event_of, is_trusted, merge_
 from app.core.fleet_inputs import fault_changes
 from app.core.progress import Watermarks
 from app.core.rules import Rules
-from app.core.workload import WORKLOAD_POD_LABELS, controller_of, requests_gpu
+from app.core.workload import WORKLOAD_POD_LABELS, controller_of, joining_controller, requests_gpu
 from app.core.xid import XidTable
 from app.model.decode import TypedEnvelope
 from app.model.envelope import ChangeType
@@ -91,6 +91,7 @@ def pod_facts_of(
 ) -> PodFacts:
     meta = pod.metadata
     labels = meta.labels
+    controller = controller_of(meta, trim)
     failed_at = previous.failed_observed_at if previous is not None else None
     if failed_at is None and pod.status.phase == "Failed":
         failed_at = observed_at  # R5.2: the record that first showed Failed
@@ -102,7 +103,8 @@ def pod_facts_of(
         observed_at=previous.observed_at if previous is not None else observed_at,
         labels=_labels_read(labels, rules),
         is_child=is_child_pod(labels, rules),
-        owner=controller_of(meta, trim),
+        controlled=controller is not None,
+        owner=joining_controller(controller),
         requests_gpu=requests_gpu(pod.spec, rules),
         primary_container=declared_primary(meta.annotations),
         containers=_containers(pod, trim),

@@ -69,6 +69,15 @@ def controller_of(meta: ObjectMeta, trim: Trim) -> OwnerFacts | None:
     return None
 
 
+# The controllers a pod is joined by (R13.4): kept in a pod's facts; any other is only "controlled".
+_JOINED_BY = frozenset({(BATCH_GROUP, JOB)} | {(KUBEFLOW_GROUP, kind) for kind in KUBEFLOW_KINDS})
+
+
+def joining_controller(owner: OwnerFacts | None) -> OwnerFacts | None:
+    """A pod's controller, if R13.4 joins the pod by it (a Kubeflow job, a batch Job)."""
+    return owner if owner is not None and (owner.group, owner.kind) in _JOINED_BY else None
+
+
 def is_tracked_owner(owner: OwnerFacts | None) -> bool:
     return owner is not None and (owner.group, owner.kind) in TRACKED_OWNERS
 

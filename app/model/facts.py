@@ -96,7 +96,8 @@ class PodFacts(msgspec.Struct, frozen=True, omit_defaults=True, gc=False, tag="P
     observed_at: datetime  # the record that last changed these facts
     labels: dict[str, str] = {}  # only the keys the rules read (R1, R4.2, R13.4)
     is_child: bool = False  # created by an operator or a Job (not a pod task's own pod)
-    owner: OwnerFacts | None = None  # its controller ownerReference (R13.2)
+    controlled: bool = False  # it has a controller ownerReference (R13.2: so it is no bare pod)
+    owner: OwnerFacts | None = None  # that controller, when R13.4 joins by it (a Kubeflow job, a batch Job)
     requests_gpu: bool = False  # a regular container asks for a GPU resource, or a DRA claim (R13.2)
     primary_container: str = ""  # declared primary (R4.4), "" when none is declared
     containers: tuple[ContainerFacts, ...] = ()  # in spec order, statuses merged in
