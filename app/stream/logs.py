@@ -157,18 +157,19 @@ class KafkaLogs(logging.Filter):
         if episode is None:
             return
         if now - episode.last_failure >= self.quiet:
-            self._close(now, f"nothing failed for {self.quiet:g}s")
+            self._close(episode.last_failure, f"nothing failed for {self.quiet:g}s")
         elif now - episode.said >= self.still_every:
             episode.said = now
             what = "Kafka still unreachable" if episode.kind == "unreachable" else "still no group coordinator"
             log.warning("%s after %.0fs: %d failed attempt(s) so far (last: %s)", what, now - episode.started, episode.failures, episode.last)
 
-    def _close(self, now: float, why: str) -> None:
+    def _close(self, ended: float, why: str) -> None:
+        """Over at `ended`: when the broker answered, else at the last failure."""
         episode = self.episode
         assert episode is not None
         self.episode = None
-        self._settling_until = now + self.quiet
-        lasted = episode.last_failure - episode.started
+        self._settling_until = self.clock() + self.quiet
+        lasted = ended - episode.started
         if episode.kind == "unreachable":
             log.info("Kafka reachable again (%s): unreachable for %.1fs, %d failed attempt(s); last: %s", why, lasted, episode.failures, episode.last)
         else:
