@@ -11,6 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from app.bridge.resources import KINDS
 from app.cli import main as cli_main
 from app.model.records import CLASSIFIED_FAILURES
 from tests.bridge.helpers import CLUSTER, apply_story, wait_for, watched_changes
@@ -39,7 +40,7 @@ def test_run_classifies_with_the_rule_file_of_rules_or_faultline_rules(kube, tmp
     else:
         monkeypatch.setenv("FAULTLINE_RULES", str(RULES))
 
-    player = threading.Thread(target=lambda: (wait_for(lambda: len(kube.watches) == 8, timeout=30, what="the 8 watches"), apply_story(kube, records)))
+    player = threading.Thread(target=lambda: (wait_for(lambda: len(kube.watches) == len(KINDS), timeout=30, what="every watch"), apply_story(kube, records)))
     player.start()
     code = cli_main(args)
     player.join()
