@@ -19,6 +19,7 @@ import pytest
 from conftest import stop_process
 from tls import CertAuthority, make_ca
 
+from app.bridge.resources import KINDS
 from app.model.records import CLASSIFIED_FAILURES
 from ops.kafka import local_broker
 from tests.bridge.apiserver import FakeKube
@@ -133,7 +134,7 @@ def test_bridge_publishes_over_sasl_ssl(secure_broker: SecureBroker, tmp_path: P
     proc = subprocess.Popen([sys.executable, "-m", "app", "bridge"], env=env, cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
     try:
-        wait_for(lambda: len(kube.watches) == 8, timeout=60, what="the bridge's watches")
+        wait_for(lambda: len(kube.watches) == len(KINDS), timeout=60, what="the bridge's watches")
         builders.reset_ids()
         apply_story(kube, stories.pod_task_nvlink(t0=datetime.now(timezone.utc) - timedelta(minutes=2)))
         wait_for(lambda: len(tail_keys(env, "k8s.pods", idle=1.0)) >= 1, timeout=60, what="pods on k8s.pods over SASL_SSL")
