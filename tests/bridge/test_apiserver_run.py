@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from tests.bridge.helpers import Operation, story_operations, wait_for
-from tests.bridge.realkube import ROOT, StoryPlayer, faultline_env, namespace
+from tests.bridge.realkube import ROOT, StoryPlayer, faultline_env, interrupt, namespace
 from tests.unit import builders, stories
 from tests.unit.scenario import final_verdicts
 
@@ -59,13 +59,7 @@ def start(state: Path, kubeconfig: Path, ns: str, name: str, tmp_path: Path, *mo
 
 
 def stop(proc: subprocess.Popen[bytes], how: signal.Signals = signal.SIGTERM) -> None:
-    if proc.poll() is None:
-        proc.send_signal(how)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+    interrupt(proc, how)
 
 
 def changes_logged(state: Path) -> int:
