@@ -47,7 +47,7 @@ def verdict_cells(v: ClassifiedFailure, previous: Shown | None) -> tuple[str, ..
             was = "without a GPU fault" if previous.fault == "-" else previous.fault
             notes.append(f"was {was}" + (f" on pod {previous.pod}" if previous.pod != "-" else ""))
         else:
-            notes.append(f"same verdict, its evidence updated (revision {v.revision})")
+            notes.append("same verdict, new evidence")
     if not v.terminal:
         notes.append(f"restarted in place (generation {v.generation})")
     return (REVISED if v.revision else VERDICT, render.attempt_name(v), v.code, v.kind, fault, pod, "; ".join(notes))

@@ -83,7 +83,7 @@ def test_a_revision_is_marked_revised_with_the_verdict_it_replaces():
     assert rows[0].startswith("verdict ") and "was" not in rows[0]
     assert rows[1].startswith("revised ") and rows[1].endswith("was Error USER")
     assert rows[1].split()[2:4] == ["GpuXidError", "SYSTEM"]
-    assert rows[2].startswith("revised ") and rows[2].endswith("same verdict, its evidence updated (revision 2)")
+    assert rows[2].startswith("revised ") and rows[2].endswith("same verdict, new evidence")
     assert len(out.splitlines()) == 3  # --out has every record
 
 
