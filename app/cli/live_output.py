@@ -20,6 +20,8 @@ from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, GANG_TRANSITIONS
 HEADER = ("WHAT", "ATTEMPT / JOBSET", "CODE", "KIND", "GPU FAULT / TRANSITION", "POD", "NOTE")
 MINIMUM = (7, 44, 20, 6, 32, 36, 0)
 VERDICT, REVISED, GANG = "verdict", "revised", "gang"
+
+
 class Shown(NamedTuple):
     """What a verdict line showed, to say what its revision changes."""
 
