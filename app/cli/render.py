@@ -153,8 +153,8 @@ def fleet_lines(summary: FleetSummary) -> list[str]:
     lines += ["", "QUARANTINE CANDIDATES"]
     if summary.quarantine:
         lines += table(
-            ("SCOPE", "NODE", "GPU", "FAULTS", "SINCE", "CODES"),
-            ((c.scope, c.node, c.gpu, c.faults, _when(c.since), ", ".join(c.codes)) for c in summary.quarantine),
+            ("SCOPE", "NODE", "GPU", "FAULTS", "SINCE", "ACTION", "CODES"),
+            ((c.scope, c.node, c.gpu, c.faults, _when(c.since), c.action, ", ".join(c.codes)) for c in summary.quarantine),
         )
     else:
         lines.append("none")
@@ -196,7 +196,9 @@ def diff_lines(result: Diff) -> list[str]:
         lines.append("")
         lines.append(change.name or change.key)
         for side, v in (("base", change.base), ("candidate", change.candidate)):
-            text = "(no verdict)" if v is None else f"{v.code} {v.kind}  {v.fault or 'no GPU fault'}" + (f"  pod {v.faulted_pod}" if v.faulted_pod else "")
+            # What decided it (R14: a disruption, a device's health, a GPU fault), else the fault as data.
+            said = (v.evidence or v.fault or "no GPU fault, no disruption") if v is not None else ""
+            text = "(no verdict)" if v is None else f"{v.code} {v.kind}  {said}" + (f"  pod {v.faulted_pod}" if v.faulted_pod else "")
             lines.append(f"  {side:<9}  {text}")
         lines.append(f"  because    {change.because}")
     return lines

@@ -24,7 +24,7 @@ from app.core.emit import Emit, dropped
 from app.core.fleet_fold import hour_of
 from app.core.fleet_inputs import failure_changes
 from app.core.progress import Watermarks
-from app.core.relevance import anchor_of, crd_failed_at, is_relevant, pod_task_failed_at
+from app.core.relevance import anchor_of, crd_failed_at, disrupted_within, is_relevant, pod_task_failed_at
 from app.core.rules import Rules
 from app.core.verdict import BaseFailure, Outcome, classify, pod_base_failure
 from app.model.facts import AttemptFact, AttributedFault, Counted, JobFacts, PodFacts
@@ -65,7 +65,7 @@ class _Verdict(msgspec.Struct, frozen=True):
     carried: tuple[str, ...]
 
 
-# --- faults that may explain a pod's failure (R4, R5) -------------------------------------
+# --- evidence that may explain a pod's failure (R4, R5, R14) ---------------------------------
 
 
 def _relevant_faults(pods: list[PodFacts], failed_at: datetime, clamp: bool, rules: Rules) -> list[AttributedFault]:
@@ -76,6 +76,19 @@ def _relevant_faults(pods: list[PodFacts], failed_at: datetime, clamp: bool, rul
     return relevant
 
 
+def _disrupted(pods: list[PodFacts], failed_at: datetime, clamp: bool, rules: Rules) -> list[PodFacts]:
+    """R14.1: the candidate pods disrupted by the cluster within their relevance interval."""
+    return [p for p in pods if p.disruption is not None and disrupted_within(p, anchor_of(p, failed_at, clamp), rules)]
+
+
+def _outcome(base: BaseFailure, pods: list[PodFacts], failed_at: datetime, child_pod_namespace: str | None, rules: Rules) -> Outcome:
+    """The verdict of one failure over its candidate pods: faults first, then disruptions
+    (verdict.classify). A child pod's anchor is clamped to the failure (R5.1)."""
+    clamp = child_pod_namespace is not None
+    relevant = _relevant_faults(pods, failed_at, clamp, rules)
+    return classify(base, relevant, _disrupted(pods, failed_at, clamp, rules), child_pod_namespace, rules.xid)
+
+
 def _child_pods(state: AttemptState, job: JobFacts, generation: int) -> list[PodFacts]:
     # R4.2, R4.3; R4.5: deleted pods keep their last known state and still count.
     return [p for p in state.pods.values() if is_selected(job, p, generation) and not has_succeeded(p)]
@@ -83,7 +96,7 @@ def _child_pods(state: AttemptState, job: JobFacts, generation: int) -> list[Pod
 
 def _carried_line(label: str, outcome: Outcome) -> str:
     line = f"{label} failed: {outcome.code} ({outcome.kind})"
-    return f"{line}; {outcome.pod_reason}" if outcome.pod_reason else line
+    return f"{line}; {outcome.evidence}" if outcome.evidence else line
 
 
 # --- verdicts of a CRD task (R6, R8.1) -------------------------------------------------------
@@ -100,16 +113,14 @@ def _crd_verdicts(state: AttemptState, job: JobFacts, rules: Rules) -> list[_Ver
         base = BaseFailure(
             RESTART_FAILURE_CODE, "USER", f"JobSet {job.name} restarted in place after generation {generation}"
         )
-        relevant = _relevant_faults(_child_pods(state, job, generation), failed_at, True, rules)
-        outcome = classify(base, relevant, job.namespace, rules.xid)
+        outcome = _outcome(base, _child_pods(state, job, generation), failed_at, job.namespace, rules)
         verdicts.append(_Verdict(tracked, generation, False, failed_at, outcome, tuple(carried)))
         carried.append(_carried_line(f"generation {generation}", outcome))
     failed_at = crd_failed_at(job, state.job_failed_seen_at)
     if job.failure is not None and failed_at is not None:
         generation = job.restarts if job.kind == "JobSet" else 0
         base = BaseFailure(job.failure.code, "USER", job.failure.message)
-        relevant = _relevant_faults(_child_pods(state, job, generation), failed_at, True, rules)
-        outcome = classify(base, relevant, job.namespace, rules.xid)
+        outcome = _outcome(base, _child_pods(state, job, generation), failed_at, job.namespace, rules)
         verdicts.append(_Verdict(tracked, generation, True, failed_at, outcome, tuple(carried)))
     return verdicts
 
@@ -130,8 +141,7 @@ def _pod_task_verdicts(state: AttemptState, rules: Rules, bare: bool) -> list[_V
         failed_at = pod_task_failed_at(pod) if pod.phase == "Failed" else None
         if failed_at is None:
             continue
-        relevant = _relevant_faults([pod], failed_at, False, rules)
-        outcome = classify(pod_base_failure(pod), relevant, None, rules.xid)
+        outcome = _outcome(pod_base_failure(pod), [pod], failed_at, None, rules)
         terminal = index == len(tries) - 1  # R8.2: a newer pod of the attempt makes it non-terminal
         tracked = ObjectRef(kind="Pod", name=pod.name, uid=pod.uid)
         verdicts.append(_Verdict(tracked, 0, terminal, failed_at, outcome, tuple(carried)))
@@ -152,8 +162,8 @@ def verdicts_of(state: AttemptState, rules: Rules) -> list[_Verdict]:
 def _record(ident: AttemptId, verdict: _Verdict, revision: int, rules: Rules) -> ClassifiedFailure:
     outcome = verdict.outcome
     reasons = list(verdict.carried)
-    if outcome.pod_reason:
-        reasons.append(outcome.pod_reason)
+    if outcome.evidence:
+        reasons.append(outcome.evidence)  # which evidence decided (R6.7, R14.1, R14.2)
     labels = ident.identity == "labels"
     return ClassifiedFailure(
         key=ident.key,

@@ -10,6 +10,7 @@ import msgspec
 from collections.abc import Mapping
 
 from app.core.attempt_stage import AttemptState
+from app.core.pod_stage import fault_record
 from app.model.records import ClassifiedFailure, ErrorKind, Fault
 
 
@@ -63,10 +64,9 @@ def evidence_of(attempt: AttemptState | None, rules_version: str) -> AttemptEvid
     pods = []
     for pod in attempt.pods.values():
         pods.append(PodEvidence(pod.name, pod.uid, pod.node_name, pod.phase + (" (deleted)" if pod.deleted else ""), len(pod.faults)))
-        for attributed in pod.faults:
-            key = f"{ident.cluster}/{attributed.event_uid}"
-            faults.append(Fault(key, ident.cluster, ident.namespace, attributed.event_uid, ident.key, attributed.fault, rules_version))
-    faults.sort(key=lambda f: (f.fault.first_seen, f.fault.pod.name, f.event_uid))
+        for attributed in pod.faults:  # fault Events and device-health faults (SPEC R14.2)
+            faults.append(fault_record(ident.cluster, ident.namespace, attributed, ident.key, rules_version))
+    faults.sort(key=lambda f: (f.fault.first_seen, f.fault.pod.name, f.key))
     return AttemptEvidence(
         key=ident.key,
         cluster=ident.cluster,

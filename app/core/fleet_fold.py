@@ -40,6 +40,7 @@ from app.core.emit import Emit
 from app.core.kueue import PREEMPTION
 from app.core.progress import Watermarks
 from app.core.rules import FleetSettings, Rules
+from app.core.xid import strongest
 from app.model.facts import FailureChange, FaultChange, FaultCount, GangChange
 from app.model.fleet_records import (
     FAILURE_RATES,
@@ -58,7 +59,7 @@ from app.model.fleet_records import (
     Scope,
     XidCount,
 )
-from app.model.records import GANG_EVICTED, WAITING_FOR_READMISSION, ErrorKind, GangTransition
+from app.model.records import DEVICE_HEALTH, GANG_EVICTED, WAITING_FOR_READMISSION, ErrorKind, GangTransition
 
 SEVERITIES = ("USER", "WARN", "CRITICAL")
 HITS_KEPT = 100  # critical faults kept per node or GPU for its quarantine count
@@ -75,6 +76,9 @@ def iso(at: datetime) -> str:
 
 
 def fault_label(kind: str, code: int) -> str:
+    """`Xid 79`, `SXid 20034`, or `Device health` for a device the kubelet reported (R14.2)."""
+    if kind == DEVICE_HEALTH:
+        return "Device health"
     return f"{'SXid' if kind == 'SXID' else 'Xid'} {code}"
 
 
@@ -87,6 +91,7 @@ class Hit(msgspec.Struct, frozen=True, array_like=True, gc=False):
     at: datetime  # the fault's first_seen
     fault: str  # its faultline.faults key
     label: str  # "Xid 79"
+    action: str = "UNKNOWN"  # NVIDIA's recommended action for it (SPEC R14.3)
 
 
 class SourceStats(msgspec.Struct, frozen=True, gc=False, tag="source"):
@@ -115,7 +120,7 @@ class RateStats(msgspec.Struct, frozen=True, gc=False, tag="rate"):
     gpu: str = ""
     gpu_index: int | None = None
     latest: datetime = _EPOCH
-    xids: tuple[XidCount, ...] = ()  # ordered by (kind, code)
+    xids: tuple[XidCount, ...] = ()  # ordered by (kind, code, severity)
     last_fault_at: datetime | None = None
 
 
@@ -271,7 +276,7 @@ def _on_fault(state: SourceStats | None, change: FaultChange, fleet: FleetSettin
     state, out = _slide(state, now, fleet)
     before, after = change.before, change.after
     if after.severity == "CRITICAL" and (before is None or before.first_seen != after.first_seen):
-        state, became = _hit(state, Hit(after.first_seen, change.fault, fault_label(after.kind, after.code)), now, fleet)
+        state, became = _hit(state, Hit(after.first_seen, change.fault, fault_label(after.kind, after.code), after.action), now, fleet)
         if state.candidate_since is not None:
             record = _quarantine(state, "candidate", state.candidate_since, now, fleet)
             # Reported with each fault up to twice the threshold, then each time its count
@@ -301,11 +306,13 @@ def _on_rate(
 
 
 def _count(state: RateStats, fault: FaultCount, faults: int, occurrences: int) -> RateStats:
+    # By code and severity: a device Unhealthy (critical) and Unknown (warn) share kind and
+    # code (R14.2), and an Xid's tail may lower its severity (R2.3).
     xids = list(state.xids)
-    at = next((i for i, x in enumerate(xids) if (x.kind, x.code) == (fault.kind, fault.code)), None)
+    at = next((i for i, x in enumerate(xids) if (x.kind, x.code, x.severity) == (fault.kind, fault.code, fault.severity)), None)
     if at is None:
         xids.append(XidCount(fault.kind, fault.code, fault.name, fault.severity, faults, occurrences))
-        xids.sort(key=lambda x: (x.kind, x.code))
+        xids.sort(key=lambda x: (x.kind, x.code, x.severity))
     else:
         x = xids[at]
         xids[at] = msgspec.structs.replace(x, faults=x.faults + faults, occurrences=x.occurrences + occurrences)
@@ -387,6 +394,7 @@ def _quarantine(state: SourceStats, what: CandidateState, at: datetime, now: dat
         last_fault_at=counted[-1].at if counted else None,
         fault_keys=[h.fault for h in counted],
         codes=[h.label for h in counted],
+        action=strongest(h.action for h in counted),  # R14.3: the strongest advice among them
     )
 
 

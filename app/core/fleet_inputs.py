@@ -19,14 +19,15 @@ UNKNOWN_NODE = "unknown-node"  # a trusted fault of a pod with no node (node tru
 
 
 def gpu_id(fault: GpuFault) -> str:
-    """The GPU a fault names: its uuid, else its index; "" for none (an SXid names a switch)."""
+    """The GPU a fault names: its uuid (a device-health fault's resourceID, R14.2), else
+    its index; "" for none (an SXid names a switch)."""
     if fault.gpu_uuid:
         return fault.gpu_uuid
     return f"index-{fault.gpu_index}" if fault.gpu_index is not None else ""
 
 
 def _count(fault: GpuFault) -> FaultCount:
-    return FaultCount(hour_of(fault.first_seen), fault.first_seen, fault.kind, fault.code, fault.name, fault.severity, fault.count)
+    return FaultCount(hour_of(fault.first_seen), fault.first_seen, fault.kind, fault.code, fault.name, fault.severity, fault.count, fault.action)
 
 
 def fault_changes(

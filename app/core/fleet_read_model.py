@@ -80,6 +80,8 @@ def describe_gpu_fault(fault: GpuFault | None) -> str:
 def read(state: FleetState, emit: Emit, settings: FleetSettings = DEFAULT_FLEET) -> None:
     """Take one record in (derived records, verdicts, dead letters; others are ignored)."""
     value = emit.value
+    if isinstance(value, records_v1.DerivedRecordV1):
+        value = records_v1.upgraded(value)  # a v1 fault rate: Xids only (before SPEC R14.2)
     if isinstance(value, NodeFaultRate):
         _keep(state, state.nodes, emit.key, value, value.last_fault_at or value.hour, settings)
     elif isinstance(value, GpuFaultRate):

@@ -70,6 +70,7 @@ class CandidateRow(msgspec.Struct, frozen=True):
     faults: int  # counted within the window
     codes: list[str]
     last_fault_at: datetime | None
+    action: str = "UNKNOWN"  # the strongest of NVIDIA's recommended actions among them (SPEC R14.3)
 
 
 class FailureRow(msgspec.Struct, frozen=True):
@@ -200,6 +201,7 @@ def candidate_rows(state: FleetState, settings: FleetSettings = DEFAULT_FLEET) -
             faults=record.faults,
             codes=list(record.codes),
             last_fault_at=record.last_fault_at,
+            action=record.action,
         )
         for record in state.candidates.values()
         if record.state == "candidate"

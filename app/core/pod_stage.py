@@ -1,4 +1,5 @@
-"""Stage 1, keyed by pod uid: join each pod to the fault Events that name it.
+"""Stage 1, keyed by pod uid: join each pod to the fault Events that name it, and to the
+devices its own status reports Unhealthy or Unknown (SPEC R14.2).
 
 It forwards the pod's slim facts with its trusted faults to the attempt stage (keyed by
 attempt key) whenever they change, and publishes every trusted fault (SPEC R2.6).
@@ -16,6 +17,16 @@ from app.core.attempt import is_child_pod, pod_route
 from app.core.bounds import DROPPED_FAULTS, Trim, kept_faults
 from app.core.child_pods import declared_primary
 from app.core.clock import require_in_range
+from app.core.device_health import (
+    DROPPED_DEVICE_HEALTH,
+    DeviceSeen,
+    device_fault,
+    device_fault_id,
+    devices_shown,
+    is_showing,
+    kept_devices,
+    merged,
+)
 from app.core.emit import Emit, dropped
 from app.core.fault_events import FaultEvent, fault_event_of, is_trusted, merge_updates
 from app.core.fleet_inputs import fault_changes
@@ -25,9 +36,12 @@ from app.core.workload import WORKLOAD_POD_LABELS, controller_of, joining_contro
 from app.core.xid import XidTable
 from app.model.decode import TypedEnvelope
 from app.model.envelope import ChangeType
-from app.model.facts import ATTEMPT_FACTS, AttributedFault, ContainerFacts, PodFacts
+from app.model.facts import ATTEMPT_FACTS, AttributedFault, ContainerFacts, PodDisruption, PodFacts
 from app.model.k8s import ContainerStatus, Event, Pod
-from app.model.records import FAULTS, Fault, GpuFault, PodRef
+from app.model.records import DEVICE_HEALTH, FAULTS, Fault, GpuFault, PodRef
+
+# R14.1: the pod condition a disruption is written as (kubernetes/api core/v1/types.go DisruptionTarget).
+DISRUPTION_TARGET = "DisruptionTarget"
 
 
 class PodState(msgspec.Struct, frozen=True):
@@ -42,6 +56,9 @@ class PodState(msgspec.Struct, frozen=True):
     # The fault Events naming this uid that can still be trusted, by event uid (at most
     # `max_faults_per_pod`, SPEC R11.5).
     faults: dict[str, FaultEvent] = {}
+    # R14.2: the devices its records showed Unhealthy or Unknown, by resourceID (at most
+    # `max_faults_per_pod`, R11.5).
+    devices: dict[str, DeviceSeen] = {}
 
 
 def pod_key(cluster: str, uid: str) -> str:
@@ -116,7 +133,21 @@ def pod_facts_of(
         deletion_timestamp=meta.deletion_timestamp,
         failed_observed_at=failed_at,
         deleted=change == "DELETED" or (previous is not None and previous.deleted),
+        disruption=disruption_of(pod, observed_at, previous.disruption if previous is not None else None, trim),
     )
+
+
+def disruption_of(pod: Pod, observed_at: datetime, known: PodDisruption | None, trim: Trim) -> PodDisruption | None:
+    """R14.1: the pod's DisruptionTarget condition with status True, as this record shows
+    it. Its time is the lastTransitionTime capped by the observed_at of the first record
+    that showed this transition (R2.7c), so later records of it keep that time."""
+    condition = next((c for c in pod.status.conditions if c.type == DISRUPTION_TARGET and c.status == "True"), None)
+    if condition is None:
+        return None
+    reason, message, written = trim.token(condition.reason), trim.message(condition.message), condition.last_transition_time
+    if known is not None and (known.reason, known.written) == (reason, written):
+        return known if known.message == message else msgspec.structs.replace(known, message=message)
+    return PodDisruption(reason, message, written, min(written, observed_at) if written is not None else observed_at)
 
 
 def _labels_read(labels: dict[str, str], rules: Rules) -> dict[str, str]:
@@ -145,24 +176,40 @@ def gpu_fault_of(event: FaultEvent, pod_name: str, node: str, table: XidTable) -
         last_seen=event.last_seen,
         count=event.count,
         pod=PodRef(name=pod_name, uid=event.pod_uid),
+        action=table.action(parsed.kind, parsed.code),  # R14.3: advice, never the verdict
     )
+
+
+def fault_record(cluster: str, namespace: str, attributed: AttributedFault, attempt: str | None, rules_version: str) -> Fault:
+    """A `faultline.faults` record (R2.6, R14.2): keyed `<cluster>/<event uid>`, or
+    `<cluster>/<pod uid>/<resourceID>` for a device no Event recorded."""
+    device = attributed.fault.kind == DEVICE_HEALTH
+    key = f"{cluster}/{attributed.event_uid}"
+    return Fault(key, cluster, namespace, None if device else attributed.event_uid, attempt, attributed.fault, rules_version)
 
 
 # --- the forwarded view and what changed ------------------------------------------------
 
 
-def _trusted(facts: PodFacts, faults: dict[str, FaultEvent], rules: Rules) -> tuple[AttributedFault, ...]:
-    return tuple(
+def _trusted(facts: PodFacts, faults: dict[str, FaultEvent], devices: dict[str, DeviceSeen], rules: Rules) -> tuple[AttributedFault, ...]:
+    events = tuple(
         AttributedFault(event_uid=uid, fault=gpu_fault_of(event, facts.name, facts.node_name, rules.xid))
         for uid, event in sorted(faults.items())
         if is_trusted(event, facts.uid, facts.namespace, facts.node_name, rules)
     )
+    if not devices:
+        return events
+    # R14.2: the kubelet's word, trusted as the API server's (no node or reporter check).
+    return events + tuple(
+        AttributedFault(device_fault_id(facts.uid, rid), device_fault(rid, seen, facts.name, facts.uid, facts.node_name, rules))
+        for rid, seen in sorted(devices.items())
+    )
 
 
-def _with_faults(facts: PodFacts, faults: dict[str, FaultEvent], rules: Rules) -> PodFacts:
-    if not faults and not facts.faults:
+def _with_faults(facts: PodFacts, faults: dict[str, FaultEvent], devices: dict[str, DeviceSeen], rules: Rules) -> PodFacts:
+    if not faults and not devices and not facts.faults:
         return facts
-    return msgspec.structs.replace(facts, faults=_trusted(facts, faults, rules))
+    return msgspec.structs.replace(facts, faults=_trusted(facts, faults, devices, rules))
 
 
 def _forward(previous: PodFacts | None, facts: PodFacts, observed_at: datetime, rules: Rules) -> tuple[PodFacts, list[Emit]]:
@@ -182,18 +229,9 @@ def _forward(previous: PodFacts | None, facts: PodFacts, observed_at: datetime, 
         known = old.get(attributed.event_uid)
         if not relabelled and known == attributed:
             continue
-        key = f"{facts.cluster}/{attributed.event_uid}"
-        emits += fault_changes(facts.cluster, observed_at, key, known.fault if known is not None else None, attributed.fault, rules)
-        fault = Fault(
-            key=key,
-            cluster=facts.cluster,
-            namespace=facts.namespace,
-            event_uid=attributed.event_uid,
-            attempt=attempt.key if attempt is not None else None,
-            fault=attributed.fault,
-            rules_version=rules.version,
-        )
-        emits.append(Emit(FAULTS, key, fault))
+        fault = fault_record(facts.cluster, facts.namespace, attributed, attempt.key if attempt is not None else None, rules.version)
+        emits += fault_changes(facts.cluster, observed_at, fault.key, known.fault if known is not None else None, attributed.fault, rules)
+        emits.append(Emit(FAULTS, fault.key, fault))
     if route is not None:
         emits.append(Emit(ATTEMPT_FACTS, route.key, facts))
     return facts, emits
@@ -221,20 +259,23 @@ def fold_pod(
     if state is None:
         state = PodState(uid=uid, cluster=cluster, last_activity=observed_at)
     # Most pod updates change nothing the rules read (readiness, resourceVersion): the
-    # slim view is the same, so the facts would be too, and nothing happened (R7.4).
+    # slim view is the same, so the facts would be too, and nothing happened (R7.4) —
+    # unless it still shows a device Unhealthy or Unknown, whose last_seen it moves (R14.2).
     seen = _digest(change, pod)
-    if seen == state.seen:
+    if seen == state.seen and not is_showing(state.devices):
         return state, []
     last_activity = max(state.last_activity, observed_at)
     previous = state.pod
     trim = Trim(rules)
     facts = pod_facts_of(change, observed_at, cluster, pod, previous, rules, trim)
     times = (("container finishedAt", c.finished_at) for c in facts.containers)
-    require_in_range((("metadata.deletionTimestamp", facts.deletion_timestamp), *times), rules)
+    written = facts.disruption.written if facts.disruption is not None else None
+    require_in_range((("metadata.deletionTimestamp", facts.deletion_timestamp), ("DisruptionTarget lastTransitionTime", written), *times), rules)
     faults = _trustworthy(state.faults, facts.node_name, rules)
-    forwarded, emits = _forward(previous, _with_faults(facts, faults, rules), observed_at, rules)
-    state = msgspec.structs.replace(state, last_activity=last_activity, seen=seen, pod=forwarded, faults=faults)
-    return state, emits + trim.dropped()
+    devices, lost = kept_devices(merged(state.devices, devices_shown(pod, rules, trim), observed_at), rules)
+    forwarded, emits = _forward(previous, _with_faults(facts, faults, devices, rules), observed_at, rules)
+    state = msgspec.structs.replace(state, last_activity=last_activity, seen=seen, pod=forwarded, faults=faults, devices=devices)
+    return state, emits + trim.dropped() + dropped(DROPPED_DEVICE_HEALTH, lost)
 
 
 def _trustworthy(faults: dict[str, FaultEvent], node_name: str, rules: Rules) -> dict[str, FaultEvent]:
@@ -280,7 +321,7 @@ def fold_event(
     counted = trim.dropped() + dropped(DROPPED_FAULTS, lost)
     if previous is None:
         return state, counted  # held until the pod is known (R7.1)
-    forwarded, emits = _forward(previous, _with_faults(previous, faults, rules), observed_at, rules)
+    forwarded, emits = _forward(previous, _with_faults(previous, faults, state.devices, rules), observed_at, rules)
     return msgspec.structs.replace(state, pod=forwarded), emits + counted
 
 

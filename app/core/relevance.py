@@ -1,4 +1,5 @@
-"""When a pod's trouble happened, and which faults that time can blame (SPEC R5)."""
+"""When a pod's trouble happened, and which faults and disruptions that time can blame
+(SPEC R5, R14.1)."""
 
 from __future__ import annotations
 
@@ -46,3 +47,13 @@ def is_relevant(fault: GpuFault, anchor: datetime, rules: Rules) -> bool:
         return False
     # As differences of two times: an object time at the calendar's ends cannot overflow (R11.3).
     return fault.first_seen - anchor <= rules.slack and anchor - fault.last_seen <= rules.window
+
+
+def disrupted_within(pod: PodFacts, anchor: datetime, rules: Rules) -> bool:
+    """R14.1: the pod's DisruptionTarget condition has a reason in `disruption_reasons`
+    and its time (lastTransitionTime capped by the bridge's clock) lies inside the pod's
+    relevance interval [anchor - window, anchor + slack] (R5.3)."""
+    disruption = pod.disruption
+    if disruption is None or disruption.reason not in rules.disruption_reasons:
+        return False
+    return disruption.at - anchor <= rules.slack and anchor - disruption.at <= rules.window

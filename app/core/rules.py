@@ -13,7 +13,7 @@ from typing import Annotated
 
 import msgspec
 
-from app.core.xid import DEFAULT_XID_TABLE, XidTable
+from app.core.xid import DEFAULT_XID_TABLE, XidAction, XidTable
 
 # Labels set by an operator or a batch Job on the pods it creates: such a pod is a child
 # pod of a tracked CRD, never the tracked pod of a pod task (docs/rules.md).
@@ -26,6 +26,16 @@ DEFAULT_CHILD_POD_LABELS = (
     "jobset.sigs.k8s.io/jobset-name",
     "batch.kubernetes.io/job-name",
     "job-name",
+)
+
+
+# R14.1: the DisruptionTarget reasons of the control plane and the kubelet (Rules.disruption_reasons).
+DEFAULT_DISRUPTION_REASONS = (
+    "PreemptionByScheduler",
+    "DeletionByTaintManager",
+    "EvictionByEvictionAPI",
+    "DeletionByPodGC",
+    "TerminationByKubelet",
 )
 
 
@@ -144,6 +154,17 @@ class Rules(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True):
     child_pod_labels: tuple[str, ...] = DEFAULT_CHILD_POD_LABELS
     # R3: the Xid table is part of the rule set.
     xid: XidTable = DEFAULT_XID_TABLE
+    # R14.1: the `DisruptionTarget` pod condition reasons that say the cluster disrupted a
+    # pod; empty: disruptions never decide a verdict. The reasons Kubernetes writes:
+    # kubernetes/api core/v1/types.go (PodReasonPreemptionByScheduler,
+    # PodReasonTerminationByKubelet), kubernetes/kubernetes
+    # pkg/controller/tainteviction/taint_eviction.go (DeletionByTaintManager),
+    # pkg/registry/core/pod/storage/eviction.go (EvictionByEvictionAPI),
+    # pkg/controller/podgc/gc_controller.go (DeletionByPodGC).
+    disruption_reasons: tuple[str, ...] = DEFAULT_DISRUPTION_REASONS
+    # R14.3: the action advised for a GPU the kubelet reports Unhealthy (R14.2,
+    # docs/rules.md says why a GPU reset); an Unknown health advises nothing (UNKNOWN).
+    device_health_action: XidAction = "RESET_GPU"
     # Fleet health (docs/fleet.md), derived from the same records; None: not derived.
     fleet: FleetSettings | None = DEFAULT_FLEET
     # R11.4: a source record observed more than this ahead of its topic's watermark is a

@@ -11,7 +11,7 @@ import msgspec
 
 from app.model.envelope import ChangeType
 from app.model.k8s import Job, Timestamp, Workload
-from app.model.records import ErrorKind, FaultKind, GangTransition, GpuFault, Identity, ObjectRef, Severity
+from app.model.records import ErrorKind, GangTransition, GpuFault, GpuFaultKind, Identity, ObjectRef, Severity
 
 # Internal re-key topics (drivers add the configured prefix):
 # the pod stage and the job router -> the attempt stage, keyed by attempt key;
@@ -80,10 +80,24 @@ class ContainerFacts(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
 
 
 class AttributedFault(msgspec.Struct, frozen=True):
-    """A trusted fault of one pod, with the Event that recorded it (R6.3 ties use it)."""
+    """A trusted fault of one pod, with what recorded it (R6.3 ties use it): the Event's
+    uid, or for a device-health fault (R14.2) `<pod uid>/<resourceID>`. Either way its
+    faultline.faults key is `<cluster>/<event_uid>`."""
 
     event_uid: str
     fault: GpuFault
+
+
+class PodDisruption(msgspec.Struct, frozen=True, gc=False, array_like=True):
+    """SPEC R14.1: the pod's `DisruptionTarget` condition, status True, as the control
+    plane or the kubelet wrote it (reason and message cut to the rule set's lengths).
+    `written` is its lastTransitionTime; `at` the same capped by the observed_at of the
+    first record that showed it (R2.7c): the time relevance (R5.3) reads."""
+
+    reason: str
+    message: str
+    written: datetime | None
+    at: datetime
 
 
 class PodFacts(msgspec.Struct, frozen=True, omit_defaults=True, gc=False, tag="PodFacts", tag_field="fact"):
@@ -109,7 +123,8 @@ class PodFacts(msgspec.Struct, frozen=True, omit_defaults=True, gc=False, tag="P
     deletion_timestamp: datetime | None = None
     failed_observed_at: datetime | None = None  # R5.2: first record that showed Failed
     deleted: bool = False
-    faults: tuple[AttributedFault, ...] = ()
+    faults: tuple[AttributedFault, ...] = ()  # trusted fault Events, then device-health faults (R14.2)
+    disruption: PodDisruption | None = None  # R14.1
 
 
 class CrdFailure(msgspec.Struct, frozen=True):
@@ -184,11 +199,12 @@ class FaultCount(msgspec.Struct, frozen=True, gc=False):
 
     hour: Timestamp
     first_seen: Timestamp
-    kind: FaultKind
+    kind: GpuFaultKind
     code: int
     name: str
     severity: Severity
     occurrences: int
+    action: str = "UNKNOWN"  # NVIDIA's recommended action (R14.3): a quarantine candidate's strongest
 
 
 class FaultChange(msgspec.Struct, frozen=True, gc=False, tag="FaultChange", tag_field="fact"):

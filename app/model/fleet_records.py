@@ -13,7 +13,7 @@ from typing import Literal
 import msgspec
 
 from app.model.k8s import Timestamp
-from app.model.records import ErrorKind, FaultKind, Severity
+from app.model.records import ErrorKind, GpuFaultKind, Severity
 
 # Derived topics; drivers add the configured prefix.
 NODE_FAULT_RATES = "faultline.node-fault-rates"
@@ -33,10 +33,11 @@ class _Record(msgspec.Struct, frozen=True):
 
 
 class XidCount(_Record):
-    """Fault events of one code in one bucket. `faults` counts distinct Events (a
-    repeating Event is one fault, SPEC R2.4); `occurrences` sums their `count`."""
+    """Faults of one code and severity in one bucket. `faults` counts distinct Events (a
+    repeating Event is one fault, SPEC R2.4) and devices reported Unhealthy or Unknown
+    (kind `DEVICE_HEALTH`, code 0, R14.2); `occurrences` sums their `count`."""
 
-    kind: FaultKind
+    kind: GpuFaultKind
     code: int
     name: str
     severity: Severity
@@ -44,9 +45,10 @@ class XidCount(_Record):
     occurrences: int
 
 
-class NodeFaultRate(_Record, tag="faultline.NodeFaultRate/v1", tag_field="schema"):
+class NodeFaultRate(_Record, tag="faultline.NodeFaultRate/v2", tag_field="schema"):
     """`faultline.node-fault-rates`, key `<cluster>/<node>/<hour>`: the faults first seen
-    on a node within one UTC hour."""
+    on a node within one UTC hour. v2 = v1 with device-health faults among `xids` (kind
+    `DEVICE_HEALTH`, SPEC R14.2)."""
 
     key: str
     cluster: str
@@ -61,9 +63,10 @@ class NodeFaultRate(_Record, tag="faultline.NodeFaultRate/v1", tag_field="schema
     last_fault_at: Timestamp | None = None  # the latest first_seen counted in the hour
 
 
-class GpuFaultRate(_Record, tag="faultline.GpuFaultRate/v1", tag_field="schema"):
+class GpuFaultRate(_Record, tag="faultline.GpuFaultRate/v2", tag_field="schema"):
     """`faultline.gpu-fault-rates`, key `<cluster>/<node>/<gpu>/<hour>`: the same per GPU.
-    `gpu` is the GPU's uuid, or `index-<n>` when the fault gave only its index."""
+    `gpu` is the GPU's uuid (a device-health fault's resourceID), or `index-<n>` when the
+    fault gave only its index. v2: as NodeFaultRate/v2."""
 
     key: str
     cluster: str
@@ -88,7 +91,9 @@ class QuarantineCandidate(_Record, tag="faultline.QuarantineCandidate/v1", tag_f
     counts up to twice `threshold` and then each time its count doubles, and one when it
     stops (`at` = the moment, in stream time, the window slid past). `faults`,
     `fault_keys` (`faultline.faults` keys) and `codes`: what it counted in the window when
-    the record was written."""
+    the record was written. `action` (added to v1, optional): the strongest of NVIDIA's
+    recommended actions among the counted faults (SPEC R14.3, app/core/xid.py
+    `strongest`); UNKNOWN when none advises one."""
 
     key: str
     cluster: str
@@ -103,7 +108,8 @@ class QuarantineCandidate(_Record, tag="faultline.QuarantineCandidate/v1", tag_f
     first_fault_at: Timestamp | None
     last_fault_at: Timestamp | None
     fault_keys: list[str]
-    codes: list[str]  # "Xid 79", "SXid 20034", … in time order
+    codes: list[str]  # "Xid 79", "SXid 20034", "Device health", … in time order
+    action: str = "UNKNOWN"  # the Xid catalogue's vocabulary (app/core/xid.py XidAction)
 
 
 class FailureRate(_Record, tag="faultline.FailureRate/v1", tag_field="schema"):

@@ -66,9 +66,28 @@ class ContainerState(_View):
     running: RunningState | None = None
 
 
+class ResourceHealth(_View):
+    """One allocated device's health (SPEC R14.2; kubernetes/api core/v1/types.go
+    ResourceHealth, KEP-4680, feature gate ResourceHealthStatus): `health` is Healthy,
+    Unhealthy or Unknown; `message` is written only with ResourceHealthStatusMessage."""
+
+    resource_id: str = msgspec.field(default="", name="resourceID")  # a device plugin's device ID, or DRA <driver>/<pool>/<device>
+    health: str = ""
+    message: str | None = None
+
+
+class ResourceStatus(_View):
+    """core/v1 ResourceStatus: a resource of the container (`nvidia.com/gpu`, or a DRA
+    claim `claim:<claim>/<request>` or `claim:<claim>`) and its devices' health."""
+
+    name: str = ""
+    resources: list[ResourceHealth] = []
+
+
 class ContainerStatus(_View):
     name: str = ""
     state: ContainerState = ContainerState()
+    allocated_resources_status: list[ResourceStatus] = []  # R14.2: written by the kubelet
 
 
 class ResourceRequirements(_View):
@@ -101,6 +120,7 @@ class PodStatus(_View):
     phase: str = ""
     reason: str = ""
     message: str = ""
+    conditions: list[Condition] = []  # R14.1: DisruptionTarget (the control plane's and the kubelet's)
     container_statuses: list[ContainerStatus] = []
 
 

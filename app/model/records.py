@@ -12,7 +12,10 @@ import msgspec
 from app.model.k8s import Timestamp
 
 Severity = Literal["USER", "WARN", "CRITICAL"]
-FaultKind = Literal["XID", "SXID"]
+FaultKind = Literal["XID", "SXID"]  # what the Xid table (R3) covers
+# SPEC R14.2: a fault is also a device the kubelet reports Unhealthy (or Unknown).
+DEVICE_HEALTH = "DEVICE_HEALTH"
+GpuFaultKind = Literal["XID", "SXID", "DEVICE_HEALTH"]
 ErrorKind = Literal["USER", "SYSTEM"]
 # SPEC R13.3: how an attempt is named: the orchestrator's labels (R1) or the workload object.
 Identity = Literal["labels", "workload"]
@@ -47,9 +50,13 @@ class ObjectRef(_Record):
 
 
 class GpuFault(_Record):
-    """One GPU fault as parsed from its Event (SPEC R2, R6.8)."""
+    """One GPU fault as parsed from its Event (SPEC R2, R6.8), or a device the kubelet
+    reports Unhealthy or Unknown in the pod's `allocatedResourcesStatus` (R14.2, kind
+    `DEVICE_HEALTH`: `code` 0, `gpu_uuid` the resourceID, `resource` the resource name,
+    `message` the kubelet's, `count` 1, first/last seen the bridge's clock).
+    `action`: NVIDIA's recommended immediate action (R14.3), advice only."""
 
-    kind: FaultKind
+    kind: GpuFaultKind
     code: int
     name: str
     severity: Severity
@@ -63,15 +70,21 @@ class GpuFault(_Record):
     last_seen: Timestamp
     count: int
     pod: PodRef
+    action: str = "UNKNOWN"  # the Xid catalogue's vocabulary (app/core/xid.py XidAction)
+    resource: str = ""  # DEVICE_HEALTH: `nvidia.com/gpu`, `claim:<claim>/<request>`; "" for an Xid
+    message: str = ""  # DEVICE_HEALTH: the kubelet's message, cut to max_message_chars
 
 
-class Fault(_Record, tag="faultline.Fault/v1", tag_field="schema"):
-    """`faultline.faults`: every trusted fault, with its pod and attempt (SPEC R2.6)."""
+class Fault(_Record, tag="faultline.Fault/v2", tag_field="schema"):
+    """`faultline.faults`: every trusted fault, with its pod and attempt (SPEC R2.6,
+    R14.2). v2 = v1 plus device health: `fault.kind` may be `DEVICE_HEALTH` (key
+    `<cluster>/<pod uid>/<resourceID>`, `event_uid` null), and `fault` carries `action`,
+    `resource` and `message` (docs/rules.md, *Records v2*)."""
 
     key: str
     cluster: str
     namespace: str
-    event_uid: str
+    event_uid: str | None  # None for a device-health fault: no Event recorded it
     attempt: str | None
     fault: GpuFault
     rules_version: str

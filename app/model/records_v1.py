@@ -1,5 +1,5 @@
-"""The v1 output records that v2 replaced (SPEC R13.3), frozen: what faultline wrote
-before workload attempts existed. Kept so that old records still read (a replay file,
+"""The v1 output records that v2 replaced (SPEC R13.3, R14), frozen: what faultline wrote
+before workload attempts and device health existed. Kept so that old records still read (a replay file,
 a compacted topic not yet rewritten) and their JSON Schemas stay published. Never
 written any more; `upgraded` reads one as the v2 record it stands for (`identity:
 "labels"`). The class names are v1's own, so the schemas come out as they were.
@@ -9,9 +9,91 @@ from __future__ import annotations
 
 import msgspec
 
+from app.model import fleet_records as fleet_v2
 from app.model import records as v2
 from app.model.k8s import Timestamp
-from app.model.records import EvictionCause, ErrorKind, GangState, GpuFault, NamespacedRef, ObjectRef, PodRef, Retry
+from app.model.records import EvictionCause, ErrorKind, FaultKind, GangState, NamespacedRef, ObjectRef, PodRef, Retry, Severity
+
+
+# v1's GpuFault, before device health (R14.2) and NVIDIA's actions (R14.3); its docstring
+# is v1's own, so the frozen schemas come out as they were.
+class GpuFault(v2._Record):
+    """One GPU fault as parsed from its Event (SPEC R2, R6.8)."""
+
+    kind: FaultKind
+    code: int
+    name: str
+    severity: Severity
+    gpu_uuid: str
+    gpu_index: int | None
+    pci_bus_id: str
+    node: str
+    pid: int | None
+    process: str
+    first_seen: Timestamp
+    last_seen: Timestamp
+    count: int
+    pod: PodRef
+
+
+class Fault(v2._Record, tag="faultline.Fault/v1", tag_field="schema"):
+    """`faultline.faults`: every trusted fault, with its pod and attempt (SPEC R2.6)."""
+
+    key: str
+    cluster: str
+    namespace: str
+    event_uid: str
+    attempt: str | None
+    fault: GpuFault
+    rules_version: str
+
+
+class XidCount(v2._Record):
+    """Fault events of one code in one bucket. `faults` counts distinct Events (a
+    repeating Event is one fault, SPEC R2.4); `occurrences` sums their `count`."""
+
+    kind: FaultKind
+    code: int
+    name: str
+    severity: Severity
+    faults: int
+    occurrences: int
+
+
+class NodeFaultRate(v2._Record, tag="faultline.NodeFaultRate/v1", tag_field="schema"):
+    """`faultline.node-fault-rates`, key `<cluster>/<node>/<hour>`: the faults first seen
+    on a node within one UTC hour."""
+
+    key: str
+    cluster: str
+    node: str
+    hour: Timestamp
+    faults: int
+    occurrences: int
+    user: int
+    warn: int
+    critical: int
+    xids: list[XidCount]
+    last_fault_at: Timestamp | None = None  # the latest first_seen counted in the hour
+
+
+class GpuFaultRate(v2._Record, tag="faultline.GpuFaultRate/v1", tag_field="schema"):
+    """`faultline.gpu-fault-rates`, key `<cluster>/<node>/<gpu>/<hour>`: the same per GPU.
+    `gpu` is the GPU's uuid, or `index-<n>` when the fault gave only its index."""
+
+    key: str
+    cluster: str
+    node: str
+    gpu: str
+    gpu_index: int | None
+    hour: Timestamp
+    faults: int
+    occurrences: int
+    user: int
+    warn: int
+    critical: int
+    xids: list[XidCount]
+    last_fault_at: Timestamp | None = None  # the latest first_seen counted in the hour
 
 
 class ClassifiedFailure(v2._Record, tag="faultline.ClassifiedFailure/v1", tag_field="schema"):
@@ -60,17 +142,34 @@ class GangTransition(v2._Record, tag="faultline.GangTransition/v1", tag_field="s
     rules_version: str
 
 
-V1_RECORD_TYPES = (ClassifiedFailure, GangTransition)
+V1_RECORD_TYPES = (ClassifiedFailure, GangTransition, Fault, NodeFaultRate, GpuFaultRate)
+# What a reader of the derived topics may find there (a compacted topic keeps v1 records).
+DerivedRecordV1 = NodeFaultRate | GpuFaultRate
+
+
+def _gpu_fault(fault: GpuFault | None) -> v2.GpuFault | None:
+    """A v1 fault as v2's: an Event's fault, its action not recorded (UNKNOWN)."""
+    return None if fault is None else v2.GpuFault(**msgspec.structs.asdict(fault))
+
+
+def _xids(xids: list[XidCount]) -> list[fleet_v2.XidCount]:
+    return [fleet_v2.XidCount(**msgspec.structs.asdict(x)) for x in xids]
 
 
 def upgraded(record: object) -> object:
-    """A v1 verdict or transition as the v2 record it stands for (v1 knew only the
-    orchestrator's labels); any other record as it is."""
+    """A v1 record as the v2 record it stands for (v1 knew only the orchestrator's labels
+    and fault Events); any other record as it is."""
     if isinstance(record, ClassifiedFailure):
         fields = msgspec.structs.asdict(record)
-        return v2.ClassifiedFailure(identity="labels", **fields)
+        return v2.ClassifiedFailure(identity="labels", **{**fields, "gpu_fault": _gpu_fault(record.gpu_fault)})
     if isinstance(record, GangTransition):
         fields = msgspec.structs.asdict(record)
         tracked = ObjectRef(kind="JobSet", name=record.jobset.name, uid=record.jobset.uid)
         return v2.GangTransition(identity="labels", tracked=tracked, **fields)
+    if isinstance(record, Fault):
+        return v2.Fault(**{**msgspec.structs.asdict(record), "fault": _gpu_fault(record.fault)})
+    if isinstance(record, NodeFaultRate):
+        return fleet_v2.NodeFaultRate(**{**msgspec.structs.asdict(record), "xids": _xids(record.xids)})
+    if isinstance(record, GpuFaultRate):
+        return fleet_v2.GpuFaultRate(**{**msgspec.structs.asdict(record), "xids": _xids(record.xids)})
     return record

@@ -1,9 +1,12 @@
 """Compare two replays of the same history: which attempts' verdicts changed, and why
-where the records themselves can tell (SPEC R10.2). A replay written before workload
-attempts (ClassifiedFailure/v1) reads as v2 under the orchestrator's labels (R13.3)."""
+where the records themselves can tell (SPEC R10.2): the evidence that decided each side
+(a GPU fault, a device's health, a disruption: R6, R14). A replay written before
+workload attempts (ClassifiedFailure/v1) reads as v2 under the orchestrator's labels
+(R13.3); a v1 fault carries no action (R14.3), which is advice and never a change."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable
 
@@ -12,12 +15,17 @@ import msgspec
 from app.core.attempt import attempt_name
 from app.core.fleet_fold import fault_label
 from app.model.fleet_records import DerivedRecord
-from app.model.records import CLASSIFIED_FAILURES, ClassifiedFailure, DeadLetter, Fault, GangTransition, GpuFault
+from app.model.records import CLASSIFIED_FAILURES, DEVICE_HEALTH, ClassifiedFailure, DeadLetter, Fault, GangTransition, GpuFault
 from app.model import records_v1
 
-# Any record a replay (file or topic) may hold, v1 verdicts and transitions included.
-ReplayRecord = ClassifiedFailure | records_v1.ClassifiedFailure | Fault | GangTransition | records_v1.GangTransition | DeadLetter | DerivedRecord
+# Any record a replay (file or topic) may hold, v1 records included (before R13 and R14).
+ReplayRecord = (
+    ClassifiedFailure | records_v1.ClassifiedFailure | Fault | records_v1.Fault | GangTransition | records_v1.GangTransition
+    | DeadLetter | DerivedRecord | records_v1.DerivedRecordV1
+)  # fmt: skip
 Verdict = ClassifiedFailure | records_v1.ClassifiedFailure
+# SPEC R14.1's reasons line: `pod <name> disrupted by the cluster (<reason>): <message>`.
+_DISRUPTED = re.compile(r"^pod (?P<pod>\S+) disrupted by the cluster \((?P<reason>[^)]*)\)")
 
 
 class VerdictSummary(msgspec.Struct, frozen=True):
@@ -26,6 +34,9 @@ class VerdictSummary(msgspec.Struct, frozen=True):
     fault: str | None  # e.g. "Xid 79 CRITICAL on pod w-0"
     faulted_pod: str | None
     rules_version: str
+    # What decided it (R6, R14): "GPU fault: Xid 79 CRITICAL on pod w-0", "device health:
+    # GPU unhealthy CRITICAL on pod w-0", "disruption: pod w-0 (EvictionByEvictionAPI)"; None: the base.
+    evidence: str | None = None
 
 
 class Change(msgspec.Struct, frozen=True):
@@ -69,15 +80,51 @@ def _fault_text(fault: GpuFault | None) -> str | None:
     return f"{fault_label(fault.kind, fault.code)} {fault.severity} on pod {fault.pod.name}"
 
 
+def disruption_of(v: ClassifiedFailure) -> re.Match[str] | None:
+    """The R14.1 line of a verdict a disruption decided (carried lines of earlier
+    generations start otherwise: `generation N failed: ...`, `pod <name> failed: ...`)."""
+    return next((m for line in v.reasons if (m := _DISRUPTED.match(line))), None)
+
+
+def evidence_of(v: ClassifiedFailure) -> str | None:
+    """Which evidence decided a verdict, as its record shows it: a disruption (its reasons
+    line), else a critical or user fault (a device's health or a fault Event); a warning
+    fault is data only (R6.6)."""
+    disrupted = disruption_of(v)
+    if disrupted is not None:
+        return f"disruption: pod {disrupted['pod']} ({disrupted['reason']})"
+    fault = v.gpu_fault
+    if fault is None or fault.severity == "WARN":
+        return None
+    return f"{'device health' if fault.kind == DEVICE_HEALTH else 'GPU fault'}: {_fault_text(fault)}"
+
+
 def _summary(v: ClassifiedFailure | None) -> VerdictSummary | None:
     if v is None:
         return None
     pod = v.faulted_pod.name if v.faulted_pod else None
-    return VerdictSummary(v.code, v.kind, _fault_text(v.gpu_fault), pod, v.rules_version)
+    return VerdictSummary(v.code, v.kind, _fault_text(v.gpu_fault), pod, v.rules_version, evidence_of(v))
 
 
 def _same_fault(a: GpuFault, b: GpuFault) -> bool:
-    return (a.kind, a.code, a.pod.uid, a.first_seen) == (b.kind, b.code, b.pod.uid, b.first_seen)
+    return (a.kind, a.code, a.gpu_uuid, a.pod.uid, a.first_seen) == (b.kind, b.code, b.gpu_uuid, b.pod.uid, b.first_seen)
+
+
+def _disruption_change(base: ClassifiedFailure, candidate: ClassifiedFailure) -> str | None:
+    """R14.1 on one side only: the pod's disruption decides one verdict and not the other."""
+    a, b = disruption_of(base), disruption_of(candidate)
+    if (a is None) == (b is None):
+        return None
+    if b is not None:
+        before = evidence_of(base)
+        was = f" (instead of {before})" if before else ""
+        return (
+            f"the pod was disrupted: pod {b['pod']} disrupted by the cluster ({b['reason']}) now decides{was}: "
+            "disruption_reasons, relevance or the faults differ"
+        )
+    now = evidence_of(candidate)
+    instead = f"; {now} decides" if now else ""
+    return f"pod {a['pod']}'s disruption ({a['reason']}) no longer decides{instead}: disruption_reasons, relevance or the faults differ"
 
 
 def explain(base: ClassifiedFailure | None, candidate: ClassifiedFailure | None) -> str:
@@ -85,6 +132,9 @@ def explain(base: ClassifiedFailure | None, candidate: ClassifiedFailure | None)
     if base is None or candidate is None:
         side = "base" if candidate is None else "candidate"
         return f"only the {side} replay has a verdict for this attempt (its records, retention or workload_identity differ)"
+    disruption = _disruption_change(base, candidate)
+    if disruption is not None:
+        return disruption
     a, b = base.gpu_fault, candidate.gpu_fault
     if a is not None and b is not None and _same_fault(a, b):
         label = fault_label(a.kind, a.code)
@@ -102,11 +152,16 @@ def explain(base: ClassifiedFailure | None, candidate: ClassifiedFailure | None)
     return "no GPU fault on either side: the base failure itself differs (labels or failure rules)"
 
 
+def _without_advice(fault: GpuFault | None) -> GpuFault | None:
+    """R14.3: an action is advice, not the verdict (and a v1 record carries none)."""
+    return None if fault is None else msgspec.structs.replace(fault, action="")
+
+
 def _differs(a: ClassifiedFailure | None, b: ClassifiedFailure | None) -> bool:
     if a is None or b is None:
         return a is not b
-    return (a.code, a.kind, a.gpu_fault, a.faulted_pod, a.message, a.terminal, a.generation) != (
-        b.code, b.kind, b.gpu_fault, b.faulted_pod, b.message, b.terminal, b.generation
+    return (a.code, a.kind, _without_advice(a.gpu_fault), a.faulted_pod, a.message, a.terminal, a.generation) != (
+        b.code, b.kind, _without_advice(b.gpu_fault), b.faulted_pod, b.message, b.terminal, b.generation
     )  # fmt: skip
 
 

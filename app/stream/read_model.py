@@ -33,7 +33,7 @@ log = logging.getLogger("faultline.stream")
 
 READ_TOPICS = (*DERIVED_TOPICS, CLASSIFIED_FAILURES, DEAD_LETTER)
 _DECODERS: dict[str, Any] = {
-    **{topic: DerivedRecord for topic in DERIVED_TOPICS},
+    **{topic: DerivedRecord | records_v1.DerivedRecordV1 for topic in DERIVED_TOPICS},  # v1 rates: before SPEC R14.2
     CLASSIFIED_FAILURES: ClassifiedFailure | records_v1.ClassifiedFailure,  # v1: written before SPEC R13
     DEAD_LETTER: DeadLetter,
 }

@@ -51,6 +51,7 @@ PAGE = r"""<!doctype html>
   .chip.CRITICAL { background: #fde8e8; color: #b4232a; } .chip.USER { background: #f1e7fb; color: #6c2fa3; }
   .chip.WARN { background: #fdf1d8; color: #8a5a00; } .chip.scope { background: #e8eef9; color: #2a4a80; }
   .chip.code { background: #eef1f6; color: #3a4559; }
+  .chip.action { background: #e6f4ea; color: #1d6b3a; }
   .kind { display: inline-block; padding: 1px 7px; border-radius: 4px; font-size: 11px; font-weight: 700; letter-spacing: .3px; }
   .kind.SYSTEM { background: #fde8f3; color: #a61d6e; } .kind.USER { background: #e7eefb; color: #2c4f8f; }
   .bars .row { display: grid; grid-template-columns: 110px 1fr 36px; align-items: center; gap: 10px; padding: 3px 0; }
@@ -224,6 +225,12 @@ function renderChart(hours) {
   box.innerHTML = svg;
 }
 
+// A fault Event's code (Xid 79, SXid 20034), or a device the kubelet reported (SPEC R14.2).
+function faultLabel(fault) {
+  if (fault.kind === "DEVICE_HEALTH") return "Device health";
+  return `${fault.kind === "SXID" ? "SXid" : "Xid"} ${fault.code}`;
+}
+
 function renderQuarantine(f) {
   $("q-note").textContent = `≥ ${f.threshold} critical in ${windowText(f.window_seconds)}`;
   const rows = f.quarantine;
@@ -232,6 +239,7 @@ function renderQuarantine(f) {
     <div class="cand">
       <div><span class="chip scope">${esc(c.scope)}</span> <span class="who mono">${esc(c.node)}${c.gpu ? " / " + esc(c.gpu) : ""}</span></div>
       <div class="sub">${esc(c.faults)} critical faults in the window · candidate since ${esc(when(c.since))}</div>
+      ${c.action && c.action !== "UNKNOWN" ? `<div class="sub">NVIDIA recommends <span class="chip action" title="the strongest recommended action among its faults (NVIDIA's Xid catalogue)">${esc(c.action)}</span></div>` : ""}
       <div>${c.codes.map((code) => `<span class="chip code">${esc(code)}</span>`).join("")}</div>
     </div>`).join("");
 }
@@ -299,8 +307,8 @@ async function openEvidence(key) {
     if (v) html += `<div><b>${esc(v.code)}</b> <span class="kind ${esc(v.kind)}">${esc(v.kind)}</span> <span class="muted">failed ${esc(when(v.failed_at))}</span></div><p>${esc(v.message)}</p>` +
       (v.reasons.length ? `<ul>${v.reasons.map((r) => `<li>${esc(r)}</li>`).join("")}</ul>` : "");
     html += `<h4>Faults in time order</h4>` + (e.faults.length ? `<div class="timeline">` + e.faults.map((f) => `<div class="ev ${esc(f.fault.severity)}">
-        <div><b>${esc(f.fault.kind === "SXID" ? "SXid" : "Xid")} ${esc(f.fault.code)}</b> ${esc(f.fault.name)} ${sevChip(f.fault.severity)}</div>
-        <div class="muted">${esc(when(f.fault.first_seen))}${f.fault.count > 1 ? ` · ×${f.fault.count} until ${esc(hhmm(f.fault.last_seen))}` : ""} · pod <span class="mono">${esc(f.fault.pod.name)}</span> · ${esc(f.fault.node)} ${esc(f.fault.gpu_uuid)}</div></div>`).join("") + `</div>`
+        <div><b>${esc(faultLabel(f.fault))}</b> ${esc(f.fault.name)} ${sevChip(f.fault.severity)}${f.fault.action && f.fault.action !== "UNKNOWN" ? ` <span class="chip action" title="NVIDIA's recommended action">${esc(f.fault.action)}</span>` : ""}</div>
+        <div class="muted">${esc(when(f.fault.first_seen))}${f.fault.count > 1 ? ` · ×${f.fault.count} until ${esc(hhmm(f.fault.last_seen))}` : ""}${f.fault.kind === "DEVICE_HEALTH" ? ` · seen until ${esc(hhmm(f.fault.last_seen))}` : ""} · pod <span class="mono">${esc(f.fault.pod.name)}</span> · ${esc(f.fault.node)} ${esc(f.fault.gpu_uuid)}${f.fault.message ? ` · ${esc(f.fault.message)}` : ""}</div></div>`).join("") + `</div>`
       : `<div class="muted">No GPU fault recorded on its pods.</div>`);
     html += `<h4>Pods</h4><table><thead><tr><th>pod</th><th>node</th><th>phase</th><th class="num">faults</th></tr></thead><tbody>` +
       e.pods.map((p) => `<tr><td class="mono">${esc(p.name)}</td><td class="mono">${esc(p.node || "—")}</td><td>${esc(p.phase || "—")}</td><td class="num">${p.faults}</td></tr>`).join("") + `</tbody></table>`;

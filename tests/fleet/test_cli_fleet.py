@@ -24,8 +24,9 @@ def test_fleet_prints_the_summary_tables(capsys: pytest.CaptureFixture[str]) -> 
     assert "quarantine: >= 3 critical faults in 24h" in out
     lines = out.splitlines()
     candidates = lines[lines.index("QUARANTINE CANDIDATES") + 1 : lines.index("QUARANTINE CANDIDATES") + 4]
-    assert candidates[0].split() == ["SCOPE", "NODE", "GPU", "FAULTS", "SINCE", "CODES"]
+    assert candidates[0].split() == ["SCOPE", "NODE", "GPU", "FAULTS", "SINCE", "ACTION", "CODES"]
     assert candidates[1].split()[:4] == ["node", "gpu-17", "-", "4"] and "Xid 74, Xid 79, Xid 79, Xid 48" in candidates[1]
+    assert " RESTART_BM " in candidates[1]  # SPEC R14.3: the strongest of NVIDIA's actions for those faults (Xid 79's)
     top = lines[lines.index("TOP NODES (* quarantine candidate)") + 2].split()
     assert top[:6] == ["gpu-17", "*", "7", "4", "2", "1"]
     assert any(line.split()[2:5] == ["GpuEccUncorrectable", "SYSTEM", "2"] for line in lines)

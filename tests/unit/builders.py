@@ -123,6 +123,37 @@ def pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": status}
 
 
+def disruption_target(reason: str = "EvictionByEvictionAPI", at: datetime = T0, message: str = "Eviction API: evicting", status: str = "True") -> dict:
+    """The `DisruptionTarget` pod condition as the control plane or the kubelet writes it
+    (kubernetes/api core/v1/types.go; the messages are theirs, e.g. kubernetes
+    pkg/registry/core/pod/storage/eviction.go "Eviction API: evicting")."""
+    return {"type": "DisruptionTarget", "status": status, "reason": reason, "message": message, "lastProbeTime": None, "lastTransitionTime": ts(at)}
+
+
+def resource_status(name: str = "nvidia.com/gpu", message: str | None = None, **health: str) -> dict:
+    """One `allocatedResourcesStatus` entry of a container status (kubernetes/api
+    core/v1/types.go ResourceStatus): its devices' health by resourceID, e.g.
+    `resource_status(**{"GPU-1234": "Unhealthy"})`; `message` on each (ResourceHealthStatusMessage)."""
+    devices = []
+    for rid, h in health.items():
+        device = {"resourceID": rid, "health": h}
+        if message is not None:
+            device["message"] = message
+        devices.append(device)
+    return {"name": name, "resources": devices}
+
+
+def with_devices(obj: dict, *entries: dict, container: str | None = None) -> dict:
+    """A copy of a pod whose container (the first by default) reports `entries` as its
+    allocatedResourcesStatus, as the kubelet writes it (SPEC R14.2)."""
+    copy = orjson.loads(orjson.dumps(obj))
+    statuses = copy["status"]["containerStatuses"]
+    target = next(c for c in statuses if container is None or c["name"] == container)
+    target["allocatedResourcesStatus"] = list(entries)
+    copy["metadata"]["resourceVersion"] = str(next(_uids))
+    return copy
+
+
 def owner(kind: str, name: str, owner_uid: str, api_version: str, controller: bool = True) -> dict:
     """An ownerReference as a controller writes it."""
     return {"apiVersion": api_version, "kind": kind, "name": name, "uid": owner_uid, "controller": controller, "blockOwnerDeletion": True}

@@ -6,7 +6,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from tests.unit import builders
-from tests.unit.stories import STORIES, WORKLOAD_STORIES
+from tests.unit.stories import EVIDENCE_STORIES, STORIES, WORKLOAD_STORIES
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "traces"
 
@@ -23,8 +23,12 @@ TRACES = {
     "job-indexed-xid48.jsonl": ["job-indexed-xid48"],
     "pod-bare-xid119.jsonl": ["pod-bare-xid119"],
     "workloads.jsonl": list(WORKLOAD_STORIES),
+    # More evidence (SPEC R14): a bare JobSet's worker drained off its node, and every
+    # evidence story (disruptions, device health, a drain after an Xid 79).
+    "jobset-drained-worker.jsonl": ["jobset-drained-worker"],
+    "evidence.jsonl": list(EVIDENCE_STORIES),
 }
-_ALL = {**STORIES, **WORKLOAD_STORIES}
+_ALL = {**STORIES, **WORKLOAD_STORIES, **EVIDENCE_STORIES}
 
 
 def trace(stories: list[str]) -> bytes:

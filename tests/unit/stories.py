@@ -10,6 +10,7 @@ from tests.unit.builders import (
     attempt_labels,
     batch_job,
     condition,
+    disruption_target,
     event,
     job_pod_labels,
     jobset,
@@ -25,10 +26,12 @@ from tests.unit.builders import (
     ray_pod_labels,
     rayjob,
     record,
+    resource_status,
     running,
     terminated,
     trainjob,
     updated,
+    with_devices,
     workload_jobset,
 )
 
@@ -306,4 +309,123 @@ WORKLOAD_STORIES = {
     "job-indexed-xid48": indexed_job_ecc,
     "pod-bare-xid119": bare_pod_gsp_timeout,
     "cronjob-cpu": cpu_cronjob_jobs,
+}
+
+
+# --- more evidence: disruptions and device health (SPEC R14) -------------------------------
+
+
+def _disrupted(p: dict, reason: str, at: datetime, message: str) -> dict:
+    """The pod as the control plane marks it before it deletes it (R14.1)."""
+    return updated(p, conditions=[*p["status"].get("conditions", []), disruption_target(reason, at, message)])
+
+
+def _ended(p: dict, exit_code: int, at: datetime, reason: str = "Error") -> dict:
+    """`_failed`, keeping the pod's conditions and device statuses (the kubelet's last write)."""
+    out = _failed(p, exit_code, at, reason)
+    for before, after in zip(p["status"]["containerStatuses"], out["status"]["containerStatuses"]):
+        if "allocatedResourcesStatus" in before:
+            after["allocatedResourcesStatus"] = before["allocatedResourcesStatus"]
+    return out
+
+
+def jobset_drained_worker(run: str = "resnet-drain", t0: datetime = T0) -> list[dict]:
+    """A bare JobSet on two nodes: node gpu-91 is drained for maintenance (`kubectl drain`
+    evicts through the Eviction API), its worker gets SIGTERM and exits 143, its Job fails
+    and so does the JobSet (FailedJobs). Without R14.1 that reads as the workload's fault."""
+    js = workload_jobset(run, replicated="workers", created=t0 - minutes(40))
+    out = [record(js, t0 - minutes(40), "ADDED")]
+    pods = []
+    for i in range(2):
+        labels = jobset_child_labels(js, replicated="workers", index=i)
+        job = batch_job(f"{run}-workers-{i}", owners=owned_by(js), labels=labels, template_labels=labels, created=t0 - minutes(39))
+        out.append(record(job, t0 - minutes(39), "ADDED"))
+        pods.append(_job_pod(job, f"{run}-workers-{i}-0-{'m2x7q' if i else 'p9c4d'}", 0, f"gpu-{90 + i}", t0, labels))
+    out += [record(p, t0 - minutes(38), "ADDED") for p in pods]
+    drained = _disrupted(pods[1], "EvictionByEvictionAPI", t0 - minutes(1), "Eviction API: evicting")
+    out.append(record(drained, t0 - minutes(1) + minutes(0.02)))
+    out.append(record(_ended(drained, 143, t0 - minutes(0.5)), t0 - minutes(0.45)))
+    failed = condition("Failed", "FailedJobs", "jobset failed due to one or more job failures", t0)
+    out.append(record(updated(js, conditions=[failed], terminalState="Failed"), t0 + minutes(0.05)))
+    out.append(record(_ended(pods[0], 143, t0 + minutes(0.2)), t0 + minutes(0.2)))
+    return out
+
+
+def pod_task_preempted(run: str = "hpo-12", t0: datetime = T0) -> list[dict]:
+    """A pod task the scheduler preempts for a higher-priority pod: SIGKILL after the
+    grace period (exit 137)."""
+    labels = attempt_labels(run=run, action="trial", attempt="1")
+    p = pod(f"{run}-trial-1", labels=labels, containers={"main": running(t0 - minutes(25))}, created=t0 - minutes(26), node="gpu-94")
+    preempted = _disrupted(p, "PreemptionByScheduler", t0 - minutes(0.6), "default-scheduler: preempting to accommodate a higher priority pod")
+    return [
+        record(p, t0 - minutes(25), "ADDED"),
+        record(preempted, t0 - minutes(0.6)),
+        record(_ended(preempted, 137, t0), t0 + minutes(0.05)),
+        record(_ended(preempted, 137, t0), t0 + minutes(0.5), "DELETED"),
+    ]
+
+
+def bare_pod_dra_unhealthy(run: str = "vllm-bench", t0: datetime = T0) -> list[dict]:
+    """A bare pod holding one GPU through a DRA claim: the driver reports the device
+    Unhealthy (with a message), the kubelet writes it to the container status, the
+    application dies of it (exit 1)."""
+    p = pod(f"{run}-0", pod_uid=kube_uid(), labels={"app": "bench"}, gpus=0, claims=True, node="gpu-93",
+            containers={"main": running(t0 - minutes(30))}, created=t0 - minutes(31))
+    # The container names the claim's request: the status entry is `claim:<claim>/<request>`,
+    # and the API server requires it to match (kubernetes pkg/apis/core/validation).
+    p["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu", "request": "gpu"}]
+    device = "gpu.nvidia.com/gpu-93/gpu-3"
+    sick = with_devices(p, resource_status("claim:gpu/gpu", message="uncorrectable ECC errors exceed threshold", **{device: "Unhealthy"}))
+    return [
+        record(p, t0 - minutes(30), "ADDED"),
+        record(sick, t0 - minutes(2)),
+        record(sick, t0 - minutes(1)),  # the kubelet's next status write still shows it
+        record(_ended(sick, 1, t0), t0 + minutes(0.1)),
+    ]
+
+
+def jobset_gpu_unhealthy(run: str = "diffusion-3", t0: datetime = T0) -> list[dict]:
+    """A JobSet under the orchestrator's labels: the device plugin marks worker 1's GPU
+    Unhealthy (it saw a critical Xid the node agent did not report as an Event); worker
+    0's plugin restarts meanwhile (Unknown: data only). Worker 1 fails, the JobSet fails."""
+    labels = attempt_labels(run=run, action="train", attempt="1")
+    name = f"{run}-train"
+    js = jobset(name, labels=labels)
+    out = [record(js, t0 - minutes(45), "ADDED")]
+    workers = [pod(f"{name}-workers-0-{i}", labels={**jobset_pod_labels(name, 0), **labels}, node=f"gpu-{95 + i}", containers={"main": running(t0 - minutes(40))}) for i in range(2)]
+    out += [record(w, t0 - minutes(40), "ADDED") for w in workers]
+    unknown = with_devices(workers[0], resource_status(**{"GPU-95aa0000-0000-4000-8000-000000000001": "Unknown"}))
+    out.append(record(unknown, t0 - minutes(5)))
+    sick = with_devices(workers[1], resource_status(**{"GPU-96bb0000-0000-4000-8000-000000000002": "Unhealthy", "GPU-96bb0000-0000-4000-8000-000000000003": "Healthy"}))
+    out.append(record(sick, t0 - minutes(1.5)))
+    out.append(record(_ended(sick, 1, t0 - minutes(0.5)), t0 - minutes(0.4)))
+    out.append(record(updated(js, conditions=[condition("Failed", "FailedJobs", "jobset failed due to one or more job failures", t0)]), t0 + minutes(0.1)))
+    return out
+
+
+def mpijob_xid79_drained(run: str = "moe-7", t0: datetime = T0) -> list[dict]:
+    """An MPIJob whose worker's GPU fell off the bus (Xid 79); the node is tainted and the
+    taint manager deletes the pod (DeletionByTaintManager). The drain followed the
+    hardware: the critical fault decides, not the disruption."""
+    labels = attempt_labels(run=run, action="pretrain", attempt="2")
+    name = f"{run}-pretrain"
+    job = kubeflow("MPIJob", name, labels=labels)
+    worker = pod(f"{name}-worker-0", labels={**kubeflow_pod_labels(name), **labels}, node="gpu-97", containers={"main": running(t0 - minutes(30))})
+    tainted = _disrupted(worker, "DeletionByTaintManager", t0 - minutes(1), "Taint manager: deleting due to NoExecute taint")
+    return [
+        record(job, t0 - minutes(35), "ADDED"),
+        record(worker, t0 - minutes(30), "ADDED"),
+        record(event(worker, code=79, first=t0 - minutes(2), reporting="gpu-97"), t0 - minutes(2), "ADDED"),
+        record(tainted, t0 - minutes(1)),
+        record(_ended(tainted, 137, t0 - minutes(0.5)), t0 - minutes(0.4)),
+        record(updated(job, conditions=[condition("Failed", "MPIJobFailed", f"MPIJob ml/{name} has failed because 1 Worker replica(s) failed.", t0)]), t0 + minutes(0.1)),
+    ]
+
+
+EVIDENCE_STORIES = {
+    "jobset-drained-worker": jobset_drained_worker,
+    "pod-task-preempted": pod_task_preempted,
+    "pod-bare-dra-unhealthy": bare_pod_dra_unhealthy,
+    "jobset-gpu-unhealthy": jobset_gpu_unhealthy,
+    "mpijob-xid79-drained": mpijob_xid79_drained,
 }

@@ -263,7 +263,8 @@ def test_r6_8_record_carries_every_field_in_contract_order():
     assert body["schema"] == "faultline.ClassifiedFailure/v2" and body["identity"] == "labels"
     assert list(body["gpu_fault"]) == [
         "kind", "code", "name", "severity", "gpu_uuid", "gpu_index", "pci_bus_id", "node", "pid", "process",
-        "first_seen", "last_seen", "count", "pod",
+        "first_seen", "last_seen", "count", "pod", "action", "resource", "message",  # R14.2, R14.3 (v2 before release)
     ]  # fmt: skip
     assert body["gpu_fault"]["kind"] == "XID" and body["failed_at"] == "2026-08-25T12:00:00Z"
+    assert (body["gpu_fault"]["action"], body["gpu_fault"]["resource"], body["gpu_fault"]["message"]) == ("RESTART_BM", "", "")
     assert msgspec.json.decode(msgspec.json.encode(verdict), type=ClassifiedFailure) == verdict

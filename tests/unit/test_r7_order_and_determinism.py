@@ -16,7 +16,7 @@ from app.replay.trace import encode_output
 from tests.unit.builders import T0, event, minutes, pod, record, running, terminated, updated
 from tests.unit.drivers import new_pipeline
 from tests.unit.scenario import final_verdicts, run, verdicts
-from tests.unit.stories import STORIES, WORKLOAD_STORIES, late_fault
+from tests.unit.stories import EVIDENCE_STORIES, STORIES, WORKLOAD_STORIES, late_fault
 
 pytestmark = pytest.mark.usefixtures("driver")  # every rule through every driver
 
@@ -58,10 +58,12 @@ def _zero(value: bytes) -> bool:
 
 
 # Attempts under the orchestrator's labels and workload attempts (SPEC R13: a TrainJob, a
-# bare JobSet, an indexed batch Job, a bare pod, and CPU-only CronJob Jobs that are none).
-_ALL = {**STORIES, **WORKLOAD_STORIES}
+# bare JobSet, an indexed batch Job, a bare pod, and CPU-only CronJob Jobs that are none),
+# and more evidence (R14: pods disrupted by the cluster, devices the kubelet reports
+# Unhealthy or Unknown, repeated in later pod records).
+_ALL = {**STORIES, **WORKLOAD_STORIES, **EVIDENCE_STORIES}
 ALL_STORIES = [record for i, story in enumerate(_ALL.values()) for record in story(t0=T0 + timedelta(minutes=7 * i))]
-FAILED_ATTEMPTS = len(STORIES) + len(WORKLOAD_STORIES) - 1  # the CronJob Jobs are no attempts
+FAILED_ATTEMPTS = len(STORIES) + len(WORKLOAD_STORIES) - 1 + len(EVIDENCE_STORIES)  # the CronJob Jobs are no attempts
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -70,6 +72,9 @@ def test_r7_1_final_verdicts_do_not_depend_on_arrival_order(rnd):
     expected = final_state(ALL_STORIES)
     assert len([k for k in expected if k.startswith(CLASSIFIED_FAILURES)]) == FAILED_ATTEMPTS
     assert len([k for k in expected if k.startswith(f"{CLASSIFIED_FAILURES} prod-a/ml/TrainJob/")]) == 1
+    decided = [msgspec.json.decode(v) for k, v in expected.items() if k.startswith(CLASSIFIED_FAILURES)]
+    assert {v["code"] for v in decided} >= {"PodDisrupted", "GpuUnhealthy"}  # R14 evidence is drawn too
+    assert any(k.startswith(f"{FAULTS} ") and b'"DEVICE_HEALTH"' in v for k, v in expected.items())
     assert final_state(interleave(ALL_STORIES, rnd)) == expected
 
 
