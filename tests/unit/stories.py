@@ -245,17 +245,24 @@ def trainjob_fell_off_the_bus(run: str = "llama-ft", t0: datetime = T0) -> list[
     return out
 
 
-def bare_jobset_fell_off_the_bus(run: str = "sweep-lr", t0: datetime = T0) -> list[dict]:
-    """A bare JobSet (no orchestrator, no TrainJob): one worker's GPU falls off the bus."""
-    js = workload_jobset(run, replicated="workers", created=t0 - minutes(30))
-    out = [record(js, t0 - minutes(30), "ADDED")]
+def _bare_jobset(run: str, t0: datetime, since: float, suffixes: tuple[str, str], first_node: int) -> tuple[dict, list[dict], list[dict]]:
+    """A bare JobSet created `since` minutes before t0, a Job and a pod per worker (two), as
+    the JobSet and Job controllers make them: (the JobSet, its records so far, its pods)."""
+    js = workload_jobset(run, replicated="workers", created=t0 - minutes(since))
+    out = [record(js, t0 - minutes(since), "ADDED")]
     pods = []
     for i in range(2):
         labels = jobset_child_labels(js, replicated="workers", index=i)
-        job = batch_job(f"{run}-workers-{i}", owners=owned_by(js), labels=labels, template_labels=labels, created=t0 - minutes(29))
-        out.append(record(job, t0 - minutes(29), "ADDED"))
-        pods.append(_job_pod(job, f"{run}-workers-{i}-0-{'b8v2n' if i else 'k3h9s'}", 0, f"gpu-{60 + i}", t0, labels))
-    out += [record(p, t0 - minutes(28), "ADDED") for p in pods]
+        job = batch_job(f"{run}-workers-{i}", owners=owned_by(js), labels=labels, template_labels=labels, created=t0 - minutes(since - 1))
+        out.append(record(job, t0 - minutes(since - 1), "ADDED"))
+        pods.append(_job_pod(job, f"{run}-workers-{i}-0-{suffixes[i]}", 0, f"gpu-{first_node + i}", t0, labels))
+    out += [record(p, t0 - minutes(since - 2), "ADDED") for p in pods]
+    return js, out, pods
+
+
+def bare_jobset_fell_off_the_bus(run: str = "sweep-lr", t0: datetime = T0) -> list[dict]:
+    """A bare JobSet (no orchestrator, no TrainJob): one worker's GPU falls off the bus."""
+    js, out, pods = _bare_jobset(run, t0, 30, ("k3h9s", "b8v2n"), 60)
     out.append(record(event(pods[0], code=79, first=t0 - minutes(2), reporting="gpu-60"), t0 - minutes(2), "ADDED"))
     out.append(record(_failed(pods[0], 1, t0 - minutes(0.5), "Error"), t0 - minutes(0.4)))
     failed = condition("Failed", "FailedJobs", "jobset failed due to one or more job failures", t0)
@@ -333,15 +340,7 @@ def jobset_drained_worker(run: str = "resnet-drain", t0: datetime = T0) -> list[
     """A bare JobSet on two nodes: node gpu-91 is drained for maintenance (`kubectl drain`
     evicts through the Eviction API), its worker gets SIGTERM and exits 143, its Job fails
     and so does the JobSet (FailedJobs). Without R14.1 that reads as the workload's fault."""
-    js = workload_jobset(run, replicated="workers", created=t0 - minutes(40))
-    out = [record(js, t0 - minutes(40), "ADDED")]
-    pods = []
-    for i in range(2):
-        labels = jobset_child_labels(js, replicated="workers", index=i)
-        job = batch_job(f"{run}-workers-{i}", owners=owned_by(js), labels=labels, template_labels=labels, created=t0 - minutes(39))
-        out.append(record(job, t0 - minutes(39), "ADDED"))
-        pods.append(_job_pod(job, f"{run}-workers-{i}-0-{'m2x7q' if i else 'p9c4d'}", 0, f"gpu-{90 + i}", t0, labels))
-    out += [record(p, t0 - minutes(38), "ADDED") for p in pods]
+    js, out, pods = _bare_jobset(run, t0, 40, ("p9c4d", "m2x7q"), 90)
     drained = _disrupted(pods[1], "EvictionByEvictionAPI", t0 - minutes(1), "Eviction API: evicting")
     out.append(record(drained, t0 - minutes(1) + minutes(0.02)))
     out.append(record(_ended(drained, 143, t0 - minutes(0.5)), t0 - minutes(0.45)))
