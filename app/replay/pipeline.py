@@ -1,5 +1,6 @@
 """The embedded driver: every stage of the topology (app/core/topology.py) in one
-process, with in-memory state.
+process, with in-memory state, each record through its stage's `Runner`
+(app/core/runner.py, the per-record step every driver shares).
 
 A record a stage writes to an internal topic is handed at once, depth first, to the
 stage that reads that topic, so one input's outputs are all out before the next input
@@ -8,7 +9,9 @@ is read: the same input order always gives the same output bytes (SPEC R7.3).
 Progress (SPEC R12) flows as it does between Faust workers: a source BOOKMARK moves the
 reading stage's watermark, is forwarded through its internal topics (one partition each
 here) and settles every state waiting on it. A trace's end is a watermark of +infinity
-for every topic (`finish`), so every decision still pending is taken.
+for every topic (`finish`), so every decision still pending is taken. Each stage is one
+scope (`Scope`, reading every partition); the latest record time of a cluster, stream
+time's fallback (R12.5), is the latest of every source record this pipeline read.
 
 `wire=True` makes the hand-over and the state store behave as Kafka and the Faust tables
 do: every internal record and every state is encoded and decoded again. The rule tests run
@@ -19,66 +22,69 @@ same rules.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Iterable
 from datetime import datetime, timezone
 from typing import Any
 
 import msgspec
 
-from app.core.clock import CLOCK_FAULT
 from app.core.dead_letters import dead_letter
 from app.core.emit import Emit
-from app.core.progress import NO_PROGRESS, Watermarks, end_of_input, progress_of, settles
+from app.core.progress import Watermarks, end_of_input
 from app.core.rules import DEFAULT_RULES, Rules
-from app.core.topology import (
-    INPUT_OF,
-    STAGE_OF,
-    STAGES,
-    Applied,
-    Failed,
-    Stage,
-    StageRecord,
-    apply,
-    decode_record,
-    forwarded,
-    progress_in,
-    settle,
-    time_fault,
-)
-from app.model.decode import BadRecord, encode_internal
+from app.core.runner import Outcome, Raw, Runner, Scope, Source
+from app.core.topology import STAGE_OF, STAGES, Stage, StageRecord, decode_record
+from app.model.decode import BadRecord
 from app.model.envelope import SOURCE_TOPICS
-from app.model.facts import Progress
-
-def _unchecked(emits: list[Emit]) -> Applied:
-    """Records a driver writes itself (forwarded progress), as a fold's result."""
-    return Applied(None, emits, None, [encode_internal(e.value) for e in emits], {})
-
 
 # How often, in stream time, expired state is swept (R7.4): every quarter of the
 # retention, so state outlives its retention by at most that much and sweeps cost little.
 SWEEPS_PER_RETENTION = 4
-Raw = bytes | Callable[[], bytes]  # a record's bytes, or how to find them
 _DAWN = datetime.min.replace(tzinfo=timezone.utc)
-_encoder = msgspec.json.Encoder()
+_encode = msgspec.json.Encoder().encode  # the bytes Kafka and the Faust tables would hold
+
+
+class _States:
+    """One stage's states as a `StateStore`: a dict (the embedded driver never sees a
+    record twice)."""
+
+    __slots__ = ("states",)
+
+    def __init__(self, states: dict[str, Any]) -> None:
+        self.states = states
+
+    def load(self, key: str) -> tuple[Any | None, bool]:
+        return self.states.get(key), False
+
+    def items(self) -> Iterable[tuple[str, Any]]:
+        return self.states.items()
 
 
 class Pipeline:
     def __init__(self, rules: Rules = DEFAULT_RULES, *, wire: bool = False) -> None:
         self.rules = rules
         self.wire = wire
+        self.counts: Counter[str] = Counter()
+        self.latest: dict[str, datetime] = {}  # cluster -> latest record time read (every scope's fallback)
         # Stage name -> state key -> state, for every stage that keeps state.
         self.states: dict[str, dict[str, Any]] = {s.name: {} for s in STAGES if s.state is not None}
-        # Stage name -> its watermarks, and the keys of its states waiting on progress.
-        self.marks: dict[str, Watermarks] = {s.name: NO_PROGRESS for s in STAGES}
-        # Stage name -> key -> until when its state waits on progress (R12.4).
-        self._waiting: dict[str, dict[str, datetime]] = {s.name: {} for s in STAGES if s.waits_until is not None}
+        # Stage name -> its progress, latest record times and waiting index.
+        self.scopes: dict[str, Scope] = {s.name: Scope(whole=True, latest=self.latest, waiting=True) for s in STAGES}
+        self._runners = {s.name: Runner(s, rules, self.counts) for s in STAGES}
+        self._stores = {name: _States(states) for name, states in self.states.items()}
         self._state_decoders = {s.name: msgspec.json.Decoder(s.state) for s in STAGES if s.state is not None}
-        # Topic -> the stage reading it, with that stage's states.
-        self._readers = {topic: (stage, INPUT_OF[topic], self.states.get(stage.name)) for topic, stage in STAGE_OF.items()}
-        self.latest: dict[str, datetime] = {}  # cluster -> latest record time seen
+        # Topic -> the stage reading it, its runner, scope and store.
+        self._readers = {
+            topic: (stage, self._runners[stage.name], self.scopes[stage.name], self._stores.get(stage.name))
+            for topic, stage in STAGE_OF.items()
+        }
         self.stream_time = _DAWN  # the latest record time of any cluster: when to sweep
         self._next_sweep: datetime | None = None
-        self.counts: Counter[str] = Counter()
+
+    @property
+    def marks(self) -> dict[str, Watermarks]:
+        """Stage name -> its watermarks (R12.6)."""
+        return {name: scope.marks for name, scope in self.scopes.items()}
 
     def feed(
         self,
@@ -93,11 +99,13 @@ class Pipeline:
         included). `partition` of `partitions`: where a Kafka reader found it (a trace is
         one partition)."""
         self.counts["records"] += 1
+        source = Source(topic, topic, key or "", partition, offset, partitions)
         try:
             record = decode_record(topic, value)
-        except BadRecord as exc:
-            return [self._dead_letter(topic, key, partition, offset, str(exc), value)]
-        return self._source(topic, key or "", record, partition, partitions, offset, value)
+        except BadRecord as exc:  # also a topic no stage reads
+            self.counts["dead_letters"] += 1
+            return [dead_letter(topic, key, partition, offset, str(exc), value)]
+        return self._source(source, record, value)
 
     def feed_decoded(
         self,
@@ -112,7 +120,7 @@ class Pipeline:
         """One source record already decoded (`decode_source`); `raw` is what a dead letter
         of it would quote (or a function that finds it, called only for a dead letter)."""
         self.counts["records"] += 1
-        return self._source(topic, key, record, partition, partitions, offset, raw)
+        return self._source(Source(topic, topic, key, partition, offset, partitions), record, raw)
 
     def finish(self) -> list[Emit]:
         """The end of the input (a trace): a watermark of +infinity for every source
@@ -120,110 +128,62 @@ class Pipeline:
         out: list[Emit] = []
         for cluster in sorted(self.latest):
             for topic in SOURCE_TOPICS:
-                out += self._progress(STAGE_OF[topic], end_of_input(cluster, topic))
+                stage, runner, scope, store = self._readers[topic]
+                out += self._deliver(stage, runner.progress(scope, store, Source(topic, topic, ""), end_of_input(cluster, topic)))
         return out
 
-    def _source(
-        self, topic: str, key: str, record: StageRecord, partition: int | None, partitions: int | None, offset: int | None, raw: Raw
-    ) -> list[Emit]:
-        fault = time_fault(topic, record, self.marks[STAGE_OF[topic].name], self.rules)
-        if fault is not None:  # R11.3, R11.4: neither folded nor moving stream time
-            self.counts["clock_faults"] += fault.startswith(CLOCK_FAULT)
-            return [self._dead_letter(topic, key, partition, offset, fault, raw)]
-        if progress_in(record):
-            out = self._progress(STAGE_OF[topic], progress_of(topic, partition or 0, partitions or 1, record))
-        else:
-            out = self._fold(topic, key, record, partition, offset, raw)
-        at = record.observed_at
-        if at > self.latest.get(record.cluster, _DAWN):
-            self.latest[record.cluster] = at
+    def _source(self, source: Source, record: StageRecord, raw: Raw) -> list[Emit]:
+        outcome, out = self._run(source, record, raw)
+        if outcome.in_time:  # every source record moves its cluster's time, progress included
+            at = record.observed_at
+            if at > self.latest.get(record.cluster, _DAWN):
+                self.latest[record.cluster] = at
             if at > self.stream_time:
                 self._advance(at)
         return out
 
-    def _fold(self, topic: str, key: str, record: StageRecord, partition: int | None, offset: int | None, raw: Raw | None) -> list[Emit]:
-        stage, reader, states = self._readers[topic]
-        if isinstance(record, Progress):  # forwarded by the stage before
-            return self._progress(stage, record)
-        state_key = reader.key(key, record)
-        if state_key is None:
-            return []
-        marks = self.marks[stage.name]
-        result = apply(stage, reader.fold, states.get(state_key) if states is not None else None, state_key, record, self.rules, marks)
-        if isinstance(result, Failed):
-            return [self._dead_letter(topic, key, partition, offset, result.reason, raw if raw is not None else encode_internal(record))]
-        if result.state is not None and states is not None:
-            self._store(stage, states, state_key, result.state, result.state_bytes)
-        return self._hand_over(result) if result.emits or result.dropped else result.emits
+    def _run(self, source: Source, record: StageRecord, raw: Raw) -> tuple[Outcome, list[Emit]]:
+        stage, runner, scope, store = self._readers[source.topic]
+        outcome = runner.receive_decoded(scope, store, source, record, raw)
+        return outcome, self._deliver(stage, outcome)
 
-    def _hand_over(self, result: Applied) -> list[Emit]:
-        """Outputs out; internal records to the stage reading them, depth first."""
-        self.counts.update(result.dropped)
+    def _deliver(self, stage: Stage, outcome: Outcome) -> list[Emit]:
+        """The outcome's states stored, its records out; internal records to the stage
+        reading them, depth first."""
+        if outcome.writes:
+            states = self.states[stage.name]
+            for write in outcome.writes:
+                state = write.state
+                if self.wire:  # as the Faust tables hand it back: encoded, then decoded
+                    state = self._state_decoders[stage.name].decode(write.raw if write.raw is not None else _encode(state))
+                states[write.key] = state
         out: list[Emit] = []
-        for emit, raw in zip(result.emits, result.emit_bytes, strict=True):
-            if emit.topic not in self._readers:
+        for emit, raw in outcome.out:
+            reader = self._readers.get(emit.topic)
+            if reader is None:
                 out.append(emit)
                 continue
-            handed = emit.value
+            source = Source(emit.topic, emit.topic, emit.key)
             if self.wire:  # as through Kafka
-                try:
-                    handed = decode_record(emit.topic, raw)
-                except BadRecord as exc:
-                    out.append(self._dead_letter(emit.topic, emit.key, None, None, str(exc), raw))
-                    continue
-            out.extend(self._fold(emit.topic, emit.key, handed, None, None, None))
-        return out
-
-    def _store(self, stage: Stage, states: dict[str, Any], key: str, state: Any, raw: bytes | None) -> None:
-        if self.wire:  # as the Faust tables hand it back: encoded, then decoded
-            state = self._state_decoders[stage.name].decode(raw if raw is not None else _encoder.encode(state))
-        states[key] = state
-        if stage.waits_until is not None:
-            until = stage.waits_until(state, self.rules)
-            if until is not None:
-                self._waiting[stage.name][key] = until
+                next_stage, runner, scope, store = reader
+                out.extend(self._deliver(next_stage, runner.receive(scope, store, source, raw if raw is not None else _encode(emit.value))))
             else:
-                self._waiting[stage.name].pop(key, None)
-
-    def _progress(self, stage: Stage, progress: Progress) -> list[Emit]:
-        """R12.3, R12.4: move the stage's watermark, forward the progress, and decide again
-        every state of that cluster waiting on progress (in key order: deterministic)."""
-        marks = self.marks[stage.name].observe(progress)
-        if marks is None:
-            return []
-        self.marks[stage.name] = marks
-        out = self._hand_over(_unchecked(forwarded(stage, progress)))
-        states = self.states.get(stage.name)
-        if stage.settle is None or states is None:
-            return out
-        prefix = f"{progress.cluster}/"
-        now = marks.stream_time(progress.cluster)
-        for key in sorted(k for k, until in self._waiting[stage.name].items() if k.startswith(prefix) and settles(until, now)):
-            result = settle(stage, states[key], key, self.rules, marks)
-            if isinstance(result, Failed):
-                out.append(self._dead_letter(progress.topic, key, progress.partition, None, result.reason, encode_internal(progress)))
-                continue
-            self._store(stage, states, key, result.state, result.state_bytes)
-            out.extend(self._hand_over(result))
+                out.extend(self._run(source, emit.value, raw if raw is not None else (lambda v=emit.value: _encode(v)))[1])
         return out
 
     def watermarks(self) -> list[tuple[str, str, datetime]]:
         """(cluster, source topic, watermark) as the stages reading the source topics know them (R12.6)."""
         out = []
         for topic in SOURCE_TOPICS:
-            out += [w for w in self.marks[STAGE_OF[topic].name].known() if w[1] == topic]
+            out += [w for w in self.scopes[STAGE_OF[topic].name].marks.known() if w[1] == topic]
         return sorted(out)
-
-    def _dead_letter(self, topic: str, key: str | None, partition: int | None, offset: int | None, reason: str, value: Raw) -> Emit:
-        self.counts["dead_letters"] += 1
-        return dead_letter(topic, key, partition, offset, reason, value if isinstance(value, bytes) else value())
 
     # --- expiry ----------------------------------------------------------------------------
 
     def clock(self, stage: Stage, cluster: str) -> datetime:
         """R12.5: a stage's stream time for one cluster: its watermark, else the latest
-        record time seen (never a timestamp written inside an object)."""
-        return self.marks[stage.name].stream_time(cluster) or self.latest.get(cluster, _DAWN)
+        record time read (never a timestamp written inside an object)."""
+        return self.scopes[stage.name].clock(cluster)
 
     def _advance(self, at: datetime) -> None:
         """Sweep expired state every quarter retention of record time (R7.4); each state
@@ -236,10 +196,10 @@ class Pipeline:
             return
         self._next_sweep = at + every
         for stage in STAGES:
-            expired, states = stage.expired, self.states.get(stage.name)
-            if expired is None or states is None:
+            states = self.states.get(stage.name)
+            if stage.expired is None or states is None:
                 continue
-            now = {cluster: self.clock(stage, cluster) for cluster in self.latest}
-            for key in [k for k, s in states.items() if expired(s, now.get(k.partition("/")[0], _DAWN), self.rules)]:
+            runner, scope = self._runners[stage.name], self.scopes[stage.name]
+            for key in runner.expired((k, s, scope) for k, s in states.items()):
                 del states[key]
-                self._waiting.get(stage.name, {}).pop(key, None)
+                runner.forget(scope, key)

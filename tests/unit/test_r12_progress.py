@@ -97,12 +97,12 @@ def test_r12_4_a_watermark_advance_settles_every_blocked_gang_not_only_one_whose
     pipeline = new_pipeline()
     for line in lines:
         _feed(pipeline, line)
-    assert sorted(pipeline._waiting["gangs"]) == sorted(pipeline.states["gangs"])  # both wait on progress
+    assert sorted(pipeline.scopes["gangs"].waiting) == sorted(pipeline.states["gangs"])  # both wait on progress
     at = max(to_input(line).observed_at for line in lines) + b.minutes(1)
     out = _feed(pipeline, b.progress(JOBS, at)) + _feed(pipeline, b.progress(WORKLOADS, at))
     ended = sorted((t.jobset.name, t.to, t.retry) for t in (e.value for e in out if e.topic == GANG_TRANSITIONS))
     assert ended == [("other", "Ended", "system"), ("run-abc-a0-1", "Ended", "system")]
-    assert not pipeline._waiting["gangs"]
+    assert not pipeline.scopes["gangs"].waiting
 
 
 # --- R12.5 stream time -----------------------------------------------------------------------

@@ -1,0 +1,276 @@
+"""One record through one stage: the per-record policy, written once for every driver.
+
+A driver (the embedded runner in app/replay, the Faust agents in app/stream) reads a
+stage's records and hands each to that stage's `Runner`, saying where it was read
+(`Source`), with the stage's progress in that scope (`Scope`) and a `StateStore` over the
+stage's states. The runner does the rest, the same way for every driver:
+
+  decode -> time check (R11.3, R11.4) -> progress (R12) -> key -> redelivery check ->
+  fold under the policy (`topology.apply`) -> dead letter | state write + records to send
+
+and returns an `Outcome`: the records to write in order (dead letters and forwarded
+progress included) and the states to store, each with the records its fold caused. It
+writes nothing itself: a driver stores the states and sends the records its own way (a
+hand-over in one process; Kafka, with the states made durable first, app/stream).
+
+Stream time (R12.5) has one definition, `Scope.stream_time`: the scope's watermark for
+the cluster, else the latest record time the stage folded in that scope. The embedded
+driver has one scope per stage (it reads every partition); a Faust worker one per stage
+and input partition, begun anew with each ownership of the partition (SPEC R12.3: never
+progress carried over from an earlier ownership).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+from datetime import datetime, timezone
+from typing import Any, NamedTuple, Protocol
+
+import msgspec
+
+from app.core.clock import CLOCK_FAULT
+from app.core.dead_letters import dead_letter
+from app.core.emit import Emit
+from app.core.progress import NO_PROGRESS, Watermarks, progress_of, settles
+from app.core.rules import Rules
+from app.core.topology import INPUT_OF, Applied, Failed, Stage, StageRecord, apply, decode_record, forwarded, progress_in, settle, time_fault
+from app.model.decode import BadRecord, encode_internal
+from app.model.facts import Progress
+
+Raw = bytes | Callable[[], bytes]  # a record's bytes, or how to find them (only a dead letter needs them)
+_DAWN = datetime.min.replace(tzinfo=timezone.utc)
+
+
+class Source(NamedTuple):
+    """Where a record was read. `name`: the topic as the driver names it (a dead letter
+    quotes it); `partition` of `partitions`: the partition it came from (None: a trace)."""
+
+    topic: str
+    name: str
+    key: str
+    partition: int | None = None
+    offset: int | None = None
+    partitions: int | None = None
+
+
+class Out(NamedTuple):
+    """A record to write, with its JSON when the policy has it already (None: encode it)."""
+
+    emit: Emit
+    raw: bytes | None
+
+
+class Write(NamedTuple):
+    """A state to store: the key's new state (`raw`: its JSON, when the policy has it)
+    and the records its fold caused, `Outcome.out[first:end]`."""
+
+    key: str
+    state: Any
+    raw: bytes | None
+    first: int
+    end: int
+
+
+class Outcome(NamedTuple):
+    out: list[Out]
+    writes: list[Write]
+    redelivered: list[str]  # keys the record was already folded into (a repeat after a crash)
+    in_time: bool = True  # False: a record whose time could not be used (it moves no stream time)
+
+
+class StateStore(Protocol):
+    """A stage's states as one scope of a driver holds them."""
+
+    def load(self, key: str) -> tuple[Any | None, bool]:
+        """The key's state (None: none yet), and whether the record in hand is already
+        folded into it (a repeat after a crash: the embedded driver never has one)."""
+
+    def items(self) -> Iterable[tuple[str, Any]]:
+        """Every (key, state) of the scope: to rebuild the waiting index."""
+
+
+class Scope:
+    """What one stage knows in one scope (the whole stage, or one input partition): its
+    watermarks (R12.3), the latest record time folded per cluster (R12.5), and which of
+    its states wait on progress, until when (R12.4; None: rebuilt from the store)."""
+
+    __slots__ = ("marks", "latest", "waiting", "whole")
+
+    def __init__(self, *, whole: bool, latest: dict[str, datetime] | None = None, waiting: bool = False) -> None:
+        self.marks: Watermarks = NO_PROGRESS
+        # cluster -> latest record time; a driver whose scopes see one stream of records
+        # (the embedded one) shares one dict between them.
+        self.latest: dict[str, datetime] = latest if latest is not None else {}
+        # Built as states are written (`waiting`: from the first record on), else from the
+        # store when first needed.
+        self.waiting: dict[str, datetime] | None = {} if waiting else None
+        # True: the scope reads every partition of its topics (the watermark waits for
+        # all of them); False: one partition, whose own progress is the scope's.
+        self.whole = whole
+
+    def stream_time(self, cluster: str) -> datetime | None:
+        """R12.5: the watermark for the cluster, else the latest record time folded here;
+        never a timestamp written inside an object."""
+        return self.marks.stream_time(cluster) or self.latest.get(cluster)
+
+    def clock(self, cluster: str) -> datetime:
+        return self.stream_time(cluster) or _DAWN
+
+
+_NONE: list[Any] = []
+_NOTHING = Outcome(_NONE, _NONE, _NONE)
+
+
+class Runner:
+    """The per-record step of one stage (module docstring). `counts` are the driver's
+    counters: records, dead letters, clock faults, progress, redelivered, and what the
+    folds left out to stay bounded (R11.5)."""
+
+    def __init__(self, stage: Stage, rules: Rules, counts: Counter[str]) -> None:
+        self.stage, self.rules, self.counts = stage, rules, counts
+        self.keeps_state = stage.state is not None
+
+    # --- records ---------------------------------------------------------------------------
+
+    def receive(self, scope: Scope, store: StateStore | None, source: Source, value: bytes) -> Outcome:
+        """One record as read (bytes)."""
+        try:
+            record = decode_record(source.topic, value)
+        except BadRecord as exc:
+            return self._rejected(source, str(exc), value)._replace(in_time=False)
+        return self.receive_decoded(scope, store, source, record, value)
+
+    def receive_decoded(self, scope: Scope, store: StateStore | None, source: Source, record: StageRecord, raw: Raw) -> Outcome:
+        """One record already decoded; `raw` is what a dead letter of it would quote."""
+        fault = time_fault(source.topic, record, scope.marks, self.rules)
+        if fault is not None:  # R11.3, R11.4: neither folded nor moving stream time
+            self.counts["clock_faults"] += fault.startswith(CLOCK_FAULT)
+            return self._rejected(source, fault, raw)._replace(in_time=False)
+        if progress_in(record):
+            return self.progress(scope, store, source, record)
+        cluster, at = record.cluster, record.observed_at
+        known = scope.latest.get(cluster)
+        if known is None or at > known:
+            scope.latest[cluster] = at
+        reader = INPUT_OF[source.topic]
+        key = reader.key(source.key, record)
+        if key is None:
+            return _NOTHING
+        state, repeat = store.load(key) if store is not None else (None, False)
+        if repeat:
+            self.counts["redelivered"] += 1
+            return Outcome(_NONE, _NONE, [key])
+        result = apply(self.stage, reader.fold, state, key, record, self.rules, scope.marks)
+        if isinstance(result, Failed):
+            return self._rejected(source, result.reason, raw)
+        return self._applied(scope, key, result, [])
+
+    def _applied(self, scope: Scope, key: str, result: Applied, out: list[Out], writes: list[Write] | None = None) -> Outcome:
+        """A fold's result into the outcome: its records, and its state when it changed or
+        said something (its position must be kept with it)."""
+        if result.dropped:
+            self.counts.update(result.dropped)
+        first = len(out)
+        out.extend(map(Out, result.emits, result.emit_bytes))
+        writes = writes if writes is not None else []
+        if self.keeps_state and result.state is not None and (result.state_bytes is not None or result.emits):
+            writes.append(Write(key, result.state, result.state_bytes, first, len(out)))
+            self._index(scope, key, result.state)
+        return Outcome(out, writes, _NONE)
+
+    def _rejected(self, source: Source, reason: str, raw: Raw) -> Outcome:
+        self.counts["dead_letters"] += 1
+        value = raw if isinstance(raw, bytes) else raw()
+        letter = dead_letter(source.name, source.key, source.partition, source.offset, reason, value)
+        return Outcome([Out(letter, None)], _NONE, _NONE)
+
+    # --- progress (SPEC R12) ---------------------------------------------------------------
+
+    def progress(self, scope: Scope, store: StateStore | None, source: Source, record: StageRecord) -> Outcome:
+        """R12.3, R12.4: move the watermark, forward the progress (tagged with the source
+        partition it came from), decide again every state of its cluster that waited on it.
+        (A driver calls it directly for the end of its input, which no record carries.)"""
+        if isinstance(record, Progress):
+            progress = own = record
+        else:
+            partition, partitions = source.partition or 0, source.partitions or 1
+            progress = progress_of(source.topic, partition, partitions, record)
+            # One partition read: its progress is the scope's; every partition: wait for all.
+            own = progress if scope.whole else progress_of(source.topic, 0, 1, record)
+        marks = scope.marks.observe(own)
+        if marks is None:
+            return _NOTHING  # nothing new (a repeat, or progress from behind)
+        scope.marks = marks
+        self.counts["progress"] += 1
+        out = [Out(emit, encode_internal(emit.value)) for emit in forwarded(self.stage, progress)]
+        if self.stage.settle is None or store is None:
+            return Outcome(out, _NONE, _NONE)
+        writes: list[Write] = []
+        redelivered: list[str] = []
+        now = marks.stream_time(progress.cluster)
+        for key in self.waiting(scope, store, progress.cluster, now):
+            state, repeat = store.load(key)
+            if state is None:
+                continue
+            if repeat:
+                redelivered.append(key)
+                continue
+            result = settle(self.stage, state, key, self.rules, marks)
+            if isinstance(result, Failed):
+                self.counts["dead_letters"] += 1
+                out.append(Out(dead_letter(source.name, key, source.partition, source.offset, result.reason, encode_internal(progress)), None))
+                continue
+            self._applied(scope, key, result, out, writes)
+        return Outcome(out, writes, redelivered)
+
+    def waiting(self, scope: Scope, store: StateStore, cluster: str, stream_time: datetime | None) -> list[str]:
+        """Keys of `cluster` whose state waits on progress that has come, in key order
+        (deterministic). The index is built from the store once per scope."""
+        if self.stage.waits_until is None:
+            return []
+        index = scope.waiting
+        if index is None:
+            index = scope.waiting = {}
+            for key, state in store.items():
+                self._index(scope, key, state)
+        prefix = f"{cluster}/"
+        return sorted(k for k, until in index.items() if k.startswith(prefix) and settles(until, stream_time))
+
+    def _index(self, scope: Scope, key: str, state: Any) -> None:
+        waits_until, index = self.stage.waits_until, scope.waiting
+        if waits_until is None or index is None:
+            return
+        until = waits_until(state, self.rules)
+        if until is not None:
+            index[key] = until
+        else:
+            index.pop(key, None)
+
+    # --- expiry (SPEC R7.4) ----------------------------------------------------------------
+
+    def expired(self, items: Iterable[tuple[str, Any, Scope]]) -> list[str]:
+        """Keys whose state has expired at the stream time of its own cluster in its scope
+        (`items`: key, state, scope; keys start with the cluster)."""
+        expired = self.stage.expired
+        if expired is None:
+            return []
+        out = []
+        for key, state, scope in items:
+            at = scope.stream_time(key.partition("/")[0])
+            if at is not None and expired(state, at, self.rules):
+                out.append(key)
+        return out
+
+    def forget(self, scope: Scope, key: str) -> None:
+        """A state the driver dropped no longer waits."""
+        if scope.waiting is not None:
+            scope.waiting.pop(key, None)
+
+
+def encoded(out: Out) -> bytes:
+    """The JSON of a record to write."""
+    return out.raw if out.raw is not None else _encode(out.emit.value)
+
+
+_encode = msgspec.json.Encoder().encode
