@@ -1,9 +1,11 @@
 """Bytes on the wire and in the tables.
 
 Topic payloads are the contract's JSON (msgspec), never Faust model envelopes, so any
-consumer can read them. Table values are an `Entry`: the core's state plus the source
+consumer can read them. Table values are an `Entry`: the core's state, the source
 positions it reflects, so that a record redelivered after a crash (at-least-once) is
-recognised as already applied instead of being folded twice.
+recognised as already applied instead of being folded twice, and its outbox: the records
+the folds of its last batch caused, written with the state before they are sent, so that
+a repeat can send them again (app/stream/delivery.py).
 """
 
 from __future__ import annotations
@@ -56,14 +58,30 @@ class Origin(msgspec.Struct, frozen=True):
             return None
 
 
-class Entry(msgspec.Struct, Generic[S]):
+class Sent(msgspec.Struct, frozen=True, array_like=True, gc=False):
+    """One Kafka record a stage sends: its topic (the Kafka name), key, JSON value,
+    partition (None: by key), origin header (records to a re-key topic), and the input
+    record whose fold caused it, `topic:partition:offset`."""
+
+    topic: str
+    key: str
+    value: msgspec.Raw
+    partition: int | None
+    header: str | None
+    cause: str
+
+
+class Entry(msgspec.Struct, Generic[S], omit_defaults=True):
     """A table value: the core's state for one key, the table partition it lives in
-    (needed to write a tombstone from the expiry timer) and, per source stream, the
-    position of the last record folded into it."""
+    (needed to write a tombstone from the expiry timer), per source stream the position
+    of the last record folded into it, and the records its last batch's folds caused
+    (sent only once the entry is durable; sent again when one of those folds' records
+    comes again after a crash)."""
 
     partition: int
     positions: dict[str, Position]
     state: S
+    outbox: list[Sent] = []
 
     def applied(self, origin: Origin) -> bool:
         """True if `origin` was already folded in (a redelivery after a crash)."""

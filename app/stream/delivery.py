@@ -1,20 +1,33 @@
 """How a stage's records are delivered: the machinery every agent shares, no rule.
 
-Delivery (at-least-once, SPEC R7.3, R11.1). Each agent folds its records in batches:
+Delivery (at-least-once, exact: SPEC R7.3, R11.1). Each agent folds its records in
+batches:
   0. check that each record is the next offset of its partition (`Continuity`);
-  1. decode; a bad record becomes a dead letter and processing goes on;
-  2. if the key's entry (held or stored) already reflects this record's position, skip
-     it: it is a redelivery after a crash, and its outputs were written before its state;
-  3. fold from the latest state (a value held in this batch first), send every output
-     without waiting, and hold the new state in the table's `pending`;
-  4. at the end of the batch wait until Kafka has acknowledged every output sent;
-  5. only then write the held states (with their records' positions) to the table;
-  6. and only then ack the batch's events, which lets Faust commit their offsets.
+  1. hand it to the stage's runner (app/core/runner.py): decode, time check, progress,
+     key, redelivery check, fold; a bad record becomes a dead letter and processing goes on;
+  2. a record the key's entry already reflects (a repeat after a crash) is not folded
+     again: the records its fold caused are taken from the entry's outbox instead;
+  3. the new states are held in the table's `pending`, each with the records its folds
+     caused (its outbox); the records to send are held in the batch, in fold order;
+  4. at the end of the batch the states are written to the store and the changelog, and
+     Kafka acknowledges them;
+  5. only then are the batch's records sent, and Kafka acknowledges them;
+  6. only then are the batch's events acked, which lets Faust commit their offsets.
 A batch ends when `batch_max` records are folded or no record is waiting, so an idle
-stream flushes at once and a busy one pays one acknowledgement round trip per batch
-instead of per record. A crash before 5 makes the whole batch fold again from the same
-states, and the folds are deterministic, so its outputs are repeated byte for byte. An
-error in 4 or 5 stops the worker before 6: nothing is acked, nothing is lost.
+stream flushes at once and a busy one pays two acknowledgement round trips per batch
+instead of per record.
+
+Why states first. A stage reading several partitions (pods: k8s.pods and k8s.events) may
+read them in another interleaving after a restart. Had a batch's records been sent before
+its states were durable, a crash in between would make the stage fold those records again
+from older states, in another order, and send views that contradict what it sent before
+(a downstream stage recognising repeats by position would keep the wrong one). With the
+states first, a record is folded again only if nothing it caused was sent, so whatever
+order the restart reads in, the stage never contradicts itself; a record whose state is
+durable but whose records may not have been sent is recognised as a repeat when it comes
+again (its offset is past the committed one: offsets are committed only after step 5) and
+sends them again from the outbox, byte for byte, where it stands in its partition.
+An error in 4 or 5 stops the worker before 6: nothing is acked, nothing is lost.
 
 Records sent to a re-key topic carry the position of the source record that caused
 them (header `faultline-origin`), so the next stage recognises repeats the same way.
@@ -33,14 +46,15 @@ from pathlib import Path
 from typing import Any
 
 import faust
+import msgspec
 from mode import CrashingSupervisor
 
 from app.core.dead_letters import dead_letter
-from app.core.emit import Emit
+from app.core.runner import Out, encoded
 from app.core.topology import to_every_partition
 from app.settings import Settings
 from app.stream import in_flight
-from app.stream.codecs import ORIGIN_HEADER, Origin, Position, encode
+from app.stream.codecs import ORIGIN_HEADER, Origin, Position, Sent, encode
 from app.stream.continuity import IDLE_CHECK_SECONDS, CommittedOffsets, Continuity
 from app.stream.fault_injection import FaultInjection
 from app.stream.faust_fixes import forget_unacked
@@ -58,32 +72,41 @@ IDLE_FLUSH_SECONDS = 0.05
 
 
 class Batch:
-    """One agent's records since its last flush: the outputs Kafka has not acknowledged
-    yet, the table values waiting on them (`StateTable.pending`), the events waiting on
+    """One agent's records since its last flush: the states waiting to be written
+    (`StateTable.pending`), the records to send once they are, the events waiting on
     both. Its lock keeps the idle flusher out of a record being folded."""
 
     def __init__(
         self,
         stream: faust.StreamT,
         table: StateTable[Any] | None,
+        producer: Any,
         before_flush: Callable[[Batch], Awaitable[None]] | None = None,
         linger: float = 0.0,
+        injection: FaultInjection | None = None,
     ) -> None:
-        self.stream, self.table, self.before_flush, self.linger = stream, table, before_flush, linger
+        self.stream, self.table, self.producer, self.injection = stream, table, producer, injection
+        self.before_flush, self.linger = before_flush, linger
         self.started = 0.0  # monotonic time of the batch's first event
-        self.sends: list[asyncio.Future[Any]] = []
+        self.outputs: list[Sent] = []
         self.events: list[faust.types.EventT] = []
         self.lock = asyncio.Lock()
 
     async def flush(self) -> None:
-        """Steps 4-6: acknowledged outputs, then state, then offsets."""
+        """Steps 4-6: durable states, then acknowledged records, then offsets."""
         if self.before_flush is not None and self.events:
             await self.before_flush(self)  # a stage that folds a whole batch at once
-        if self.sends:
-            await asyncio.gather(*self.sends)
-            self.sends.clear()
         if self.table is not None:
             await self.table.flush()
+        if self.outputs:
+            send = self.producer.send
+            # Straight to the producer: Faust's Topic.send wraps each record in futures
+            # and callbacks this delivery does not use.
+            sends = [await send(r.topic, r.key.encode(), bytes(r.value), r.partition, None, _headers(r)) for r in self.outputs]
+            self.outputs.clear()
+            await asyncio.gather(*sends)
+        if self.injection is not None and self.injection.on:
+            self.injection.outputs_acknowledged(self.events)
         for event in self.events:
             await self.stream.ack(event)
         self.events.clear()
@@ -102,6 +125,10 @@ class Batch:
         return queue is None or queue.empty()
 
 
+def _headers(record: Sent) -> list[tuple[str, bytes]] | None:
+    return [(ORIGIN_HEADER, record.header.encode())] if record.header is not None else None
+
+
 class Delivery:
     """The output topics, the counters and the delivery steps of one Faust app's agents."""
 
@@ -113,7 +140,9 @@ class Delivery:
         self.committed = CommittedOffsets(settings)
         app.add_dependency(self.committed)
         self.out: dict[str, faust.TopicT] = {}
+        self.names: dict[str, str] = {}  # logical name -> Kafka topic name, of every output
         self.rekey: set[str] = set()
+        self._every_partition = range(settings.partitions)
         self.stop = StopDeadline(settings.stop_timeout)
         self._injection = FaultInjection()  # a test seam, off unless its variable is set
 
@@ -122,6 +151,7 @@ class Delivery:
         name = self.settings.topic(logical)
         self.logical[name] = logical
         self.out[logical] = self.app.topic(name, partitions=partitions or self.settings.partitions, **RAW)
+        self.names[logical] = name
         if rekey:
             self.rekey.add(logical)
 
@@ -172,7 +202,7 @@ class Delivery:
         limit = self.settings.batch_max
 
         async def agent(stream: faust.StreamT) -> None:
-            batch = Batch(stream.noack(), table, before_flush, linger)  # events are acked by Batch.flush only
+            batch = Batch(stream.noack(), table, self.app.producer, before_flush, linger, injection)  # events are acked by Batch.flush only
             idle = asyncio.ensure_future(self._flush_when_idle(batch))
             watch = asyncio.ensure_future(self._check_continuity_when_idle(continuity, batch, topics))
             noted.report()
@@ -187,7 +217,7 @@ class Delivery:
                         self.records[logical] += 1
                         if noted.poisoned(message):  # it stopped the worker twice (SPEC R11.3)
                             self.counts["crash_loop_dead_letters"] += 1
-                            await self.dead_letter(message, in_flight.REASON, batch)
+                            batch.outputs.append(self.dead_letter(message, in_flight.REASON))
                         else:
                             noted.begin(message)
                             if injection.on:
@@ -239,32 +269,43 @@ class Delivery:
                     await self.app.crash(exc)
                     return
 
-    async def send(self, emits: list[Emit], origin: Origin, batch: Batch, index: int = 0, encoded: list[bytes] | None = None) -> int:
-        """Send every output; the batch waits for Kafka's acknowledgements (step 4).
-        Progress goes to every partition of its topic (SPEC R12.3). `index` numbers the
-        records `origin` caused (a re-keyed record's position); returns the next one.
-        `encoded`: the outputs' bytes, when the fold policy has them already."""
-        for i, emit in enumerate(emits):
-            value = encoded[i] if encoded is not None else emit.value if isinstance(emit.value, bytes) else encode(emit.value)
-            topic = self.out[emit.topic].get_topic_name()
-            targets = range(self.settings.partitions) if to_every_partition(emit) else (None,)
-            for partition in targets:
-                headers = None
-                if emit.topic in self.rekey:
-                    tagged = Origin(origin.topic, origin.partition, Position(origin.position.offset, index))
-                    headers = [(ORIGIN_HEADER, tagged.header())]
-                # Straight to the producer: Faust's Topic.send wraps each record in futures
-                # and callbacks this delivery does not use (the batch waits on its sends).
-                batch.sends.append(await self.app.producer.send(topic, emit.key.encode(), value, partition, None, headers))
-                index += 1
-        self.counts["outputs"] += len(emits)
-        return index
+    def kafka_records(self, outs: list[Out], origin: Origin, cause: str) -> tuple[list[Sent], list[int]]:
+        """The Kafka records of a fold's outputs, in order: progress to every partition of
+        its topic (SPEC R12.3), a re-keyed record tagged with the origin and its index
+        among the records `origin` caused; `cause` names the input record. With, for each
+        output, the index of its first record (and the count at the end)."""
+        records: list[Sent] = []
+        starts: list[int] = []
+        index = 0
+        for out in outs:
+            starts.append(len(records))
+            emit = out.emit
+            value = msgspec.Raw(encoded(out))
+            topic = self.names[emit.topic]
+            rekey = emit.topic in self.rekey
+            for partition in self._every_partition if to_every_partition(emit) else _BY_KEY:
+                header = None
+                if rekey:
+                    header = Origin(origin.topic, origin.partition, Position(origin.position.offset, index)).header().decode()
+                    index += 1
+                records.append(Sent(topic, emit.key, value, partition, header, cause))
+        starts.append(len(records))
+        self.counts["outputs"] += len(outs)
+        return records, starts
 
-    async def dead_letter(self, message: faust.types.Message, reason: str, batch: Batch) -> None:
+    def dead_letter(self, message: faust.types.Message, reason: str) -> Sent:
         """SPEC R11.1: where the bad record is (its Kafka topic, partition and offset) and why."""
         self.counts["dead_letters"] += 1
         letter = dead_letter(message.topic, message.key, message.partition, message.offset, reason, message.value or b"")
-        await self.send([letter], origin_of(message), batch)
+        return Sent(self.names[letter.topic], letter.key, msgspec.Raw(encode(letter.value)), None, None, cause_of(message))
+
+
+def cause_of(message: faust.types.Message) -> str:
+    """An input record, as an outbox names it."""
+    return f"{message.topic}:{message.partition}:{message.offset}"
+
+
+_BY_KEY = (None,)
 
 
 def origin_of(message: faust.types.Message) -> Origin:

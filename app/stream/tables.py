@@ -1,12 +1,16 @@
-"""A Faust table holding one stage's core state per key, with its expiry (SPEC R7.4).
+"""A Faust table holding one stage's core state per key, and its outbox (SPEC R7.3).
 
 Values are `codecs.Entry` JSON bytes, decoded on every read. A fold's new value is held
-in `pending` until its batch's outputs are acknowledged (delivery.py), and
-reads see it there first; `flush` then writes it to the store and the changelog.
-Stream time is kept per table partition and cluster (SPEC R12.5: the stage's watermark,
-else the latest `observed_at` folded into that partition): a worker that replays a
-backlog reads its partitions at different speeds, so one worker-wide maximum would let a
-fast partition expire the state of a slow one before that one's own records arrive.
+in `pending` until its batch is flushed, and reads see it there first. `flush` makes the
+batch's values durable — the store and the changelog, acknowledged by Kafka — before the
+records their folds caused are sent (app/stream/delivery.py): a record whose outputs left
+the stage is never folded again, so a restart that reads the stage's input partitions in
+another order cannot send a view that contradicts one already sent. Each value carries
+those records (its outbox) until its next batch, so a repeat of the record that caused
+them sends them again.
+
+`TableStore` is the table as the runner's `StateStore` (app/core/runner.py) for one
+record: it recognises a repeat by the positions the entry reflects.
 """
 
 from __future__ import annotations
@@ -14,50 +18,35 @@ from __future__ import annotations
 import asyncio
 import logging
 import zlib
-from collections.abc import Callable
-from datetime import datetime
+from collections.abc import Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
 import faust
 import msgspec
-from faust.streams import current_event
 
-from app.core.progress import settles
-from app.stream.codecs import Entry, Origin, Position, encode, entry_decoder
+from app.stream.codecs import Entry, Origin, Position, Sent, encode, entry_decoder
 from app.stream.faust_fixes import as_current_event
 
 S = TypeVar("S")
 
 log = logging.getLogger("faultline.stream")
 
+# An entry is compressed past this many bytes, and written without its outbox past
+# `ENTRY_LIMIT` (the broker's default message size is 1 MiB): the core bounds a state and
+# each record at `max_value_bytes`, but one key's batch may cause several records.
+COMPRESS_OVER = 64 * 1024
+ENTRY_LIMIT = 900 * 1024
+_ZLIB = b"\x78"  # the first byte of a zlib stream; JSON starts with `{`
+
 
 class StateTable(Generic[S]):
-    def __init__(
-        self,
-        table: faust.Table,
-        state_type: type,
-        expired: Callable[[S, datetime], bool],
-        *,
-        waits_until: Callable[[S], datetime | None] | None = None,
-        compressed: bool = False,
-    ) -> None:
-        """`waits_until`: until when a state waits on progress (SPEC R12.4); the table
-        keeps an index of those keys per partition. `compressed`: values are
-        zlib-compressed JSON (for a state that is one large value: a changelog record must
-        stay under the broker's message size limit)."""
+    def __init__(self, table: faust.Table, state_type: type) -> None:
         self.table = table
-        self._compressed = compressed
         self._decoder = entry_decoder(state_type)
-        self._expired = expired
-        self._waits_until = waits_until
-        # Latest record time per table partition and cluster (stream time without progress).
-        self.latest: dict[int, dict[str, datetime]] = {}
-        # Per table partition: key -> until when its state waits on progress, built by one
-        # scan per assignment.
-        self._waiting: dict[int, dict[str, datetime]] = {}
-        self._generation: int | None = None
         # Folded but not yet written: key -> (the event folded last, encoded Entry).
         self.pending: dict[bytes, tuple[faust.types.EventT, bytes]] = {}
+        self._outboxes: dict[bytes, list[Sent]] = {}  # the outbox of each held value
+        self.overflows = 0  # entries written without their outbox (ENTRY_LIMIT)
 
     @property
     def name(self) -> str:
@@ -69,70 +58,60 @@ class StateTable(Generic[S]):
         raw = pending[1] if pending is not None else self.table.get(raw_key)
         return self._load(raw) if raw is not None else None
 
-    def put(self, key: str, previous: Entry[S] | None, origin: Origin, state: S, raw_state: bytes | None = None) -> None:
-        """Hold `state`, the fold of `origin` into `previous`, until `flush`. Call from
-        the agent folding `origin`: its current event names the table partition.
-        `raw_state`: the state's JSON, when the fold policy has it already."""
-        event = current_event()
-        if event is None:
-            raise RuntimeError(f"table {self.name}: put outside of the agent folding {origin.header()!r}")
-        positions = dict(previous.positions) if previous is not None else {}
-        positions[origin.stream] = origin.position
-        self.hold(key, event, positions, state, raw_state)
-
-    def hold(self, key: str, event: faust.types.EventT, positions: dict[str, Position], state: S, raw_state: bytes | None = None) -> None:
-        """Hold `state`, reflecting `positions`, until `flush`; `event` (the last record
-        folded into it) names the table partition."""
+    def hold(self, key: str, event: faust.types.EventT, positions: dict[str, Position], state: Any, raw_state: bytes | None, outbox: list[Sent]) -> None:
+        """Hold `state`, reflecting `positions`, with the records its folds in this batch
+        caused, until `flush`; `event` (the last record folded into it) names the table
+        partition."""
         partition = event.message.partition
         value = msgspec.Raw(raw_state) if raw_state is not None else state  # the same bytes either way
-        raw = encode(Entry(partition=partition, positions=positions, state=value))
-        self.pending[key.encode()] = (event, zlib.compress(raw, 1) if self._compressed else raw)
-        index = self._waiting.get(partition)
-        if index is not None and self._waits_until is not None:
-            until = self._waits_until(state)
-            if until is not None:
-                index[key] = until
-            else:
-                index.pop(key, None)
+        raw_key = key.encode()
+        # Folded again in the same batch: its outbox holds every record of the batch.
+        outbox = self._outboxes[raw_key] = self._outboxes.get(raw_key, []) + outbox
+        raw = encode(Entry(partition=partition, positions=positions, state=value, outbox=outbox))
+        if len(raw) > COMPRESS_OVER:
+            raw = zlib.compress(raw, 1)
+            if len(raw) > ENTRY_LIMIT:
+                self.overflows += 1
+                log.warning("table %s: the outbox of %r does not fit its entry; written without it (a crash before its records are sent loses them)", self.name, key[:256])
+                raw = encode(Entry(partition=partition, positions=positions, state=value))
+        self.pending[raw_key] = (event, raw)
 
-    def waiting_keys(self, partition: int, cluster: str, stream_time: datetime | None, generation: int) -> list[str]:
-        """Keys of `cluster` in `partition` whose state waits on progress that has come
-        (`settles`), in key order. The index is built by one scan of the stored entries per
-        partition, again after a rebalance (`generation`: another worker may have changed
-        them meanwhile)."""
-        if self._waits_until is None:
-            return []
-        if generation != self._generation:
-            self._generation, self._waiting = generation, {}
-        index = self._waiting.get(partition)
-        if index is None:
-            index = self._waiting[partition] = {}
-            for raw_key in list(self.table.data.keys()) + list(self.pending):
-                key = raw_key.decode()
-                entry = self.get(key)
-                if entry is not None and entry.partition == partition:
-                    until = self._waits_until(entry.state)
-                    if until is not None:
-                        index[key] = until
-        prefix = f"{cluster}/"
-        return sorted(k for k, until in index.items() if k.startswith(prefix) and settles(until, stream_time))
+    def items(self, partition: int) -> Iterator[tuple[str, Any]]:
+        """(key, state) of every entry of one table partition, held values first."""
+        for raw_key, entry in self.entries():
+            if entry.partition == partition:
+                yield raw_key.decode(), entry.state
+
+    def entries(self) -> Iterator[tuple[bytes, Entry[S]]]:
+        """Every entry this worker holds, held values first."""
+        seen = set(self.pending)
+        for raw_key, (_, raw) in list(self.pending.items()):
+            yield raw_key, self._load(raw)
+        for raw_key, raw in list(self.table.data.items()):
+            if raw_key in seen:
+                continue
+            try:
+                yield raw_key, self._load(raw)
+            except (msgspec.DecodeError, zlib.error):
+                log.warning("table %s: undecodable entry for key %r left in place", self.name, raw_key)
 
     def _load(self, raw: bytes) -> Entry[S]:
-        return self._decoder.decode(zlib.decompress(raw) if self._compressed else raw)
+        return self._decoder.decode(zlib.decompress(raw) if raw[:1] == _ZLIB else raw)
 
     async def flush(self) -> int:
-        """Write every held value to the store and send it to its changelog partition.
+        """Make every held value durable: write it to the store and its changelog
+        partition, and wait until Kafka has acknowledged the changelog records.
 
         The changelog records go straight to the producer, as Faust's own table write
         would send them but without its producer buffer: that buffer sends one record
         per turn of the event loop, and while it holds more than 100 Faust stops handing
-        records to every agent, so each batch of state writes stalled the whole worker
-        (at 2,000 records/s offered most of a verdict's latency). They are sent before
-        the batch's events are acked, and Faust flushes the producer before it commits
-        an offset, so a committed record's state is in the changelog as before."""
+        records to every agent, so each batch of state writes stalled the whole worker."""
         written = len(self.pending)
+        if not written:
+            return 0
         store, send = self.table.data, self.table.app.producer.send
         topic = self.table.changelog_topic.get_topic_name()
+        sends = []
         for raw_key, (event, raw) in self.pending.items():
             partition = event.message.partition
             # Faust's stores pick the partition (RocksDB: one database each) from the current event.
@@ -140,7 +119,10 @@ class StateTable(Generic[S]):
                 store[raw_key] = raw
             sent = await send(topic, raw_key, raw, partition, None, None)
             sent.add_done_callback(self._persisted)
+            sends.append(sent)
         self.pending.clear()
+        self._outboxes.clear()
+        await asyncio.gather(*sends)
         return written
 
     def _persisted(self, sent: asyncio.Future[Any]) -> None:
@@ -150,32 +132,47 @@ class StateTable(Generic[S]):
             metadata = sent.result()
             self.table.data.set_persisted_offset(metadata.topic_partition, metadata.offset)
 
-    def advance(self, partition: int, cluster: str, at: datetime) -> None:
-        latest = self.latest.setdefault(partition, {})
-        known = latest.get(cluster)
-        if known is None or at > known:
-            latest[cluster] = at
+    def delete(self, expired: Iterable[tuple[bytes, int]]) -> int:
+        """Drop entries (key, table partition); runs from a timer, outside any event, so
+        it writes the tombstones itself."""
+        count = 0
+        for raw_key, partition in expired:
+            if raw_key in self.pending:  # folded since it was judged: judged again after its flush
+                continue
+            del self.table.data[raw_key]
+            self.table.send_changelog(partition, raw_key, None, key_serializer="raw", value_serializer="raw")
+            count += 1
+        return count
 
-    def sweep(self, now: Callable[[int, str], datetime | None]) -> int:
-        """Drop every entry the core says has expired at the stream time `now(partition,
-        cluster)` of its partition and cluster (keys start with the cluster). Runs from a
-        timer, outside any event, so it writes the tombstones itself."""
-        if not self.latest:
-            return 0
-        expired: list[tuple[bytes, int]] = []
-        for key, raw in list(self.table.data.items()):
-            if key in self.pending:  # folded since it was stored: judged after its flush
-                continue
-            try:
-                entry = self._load(raw)
-            except (msgspec.DecodeError, zlib.error):
-                log.warning("table %s: undecodable entry for key %r left in place", self.name, key)
-                continue
-            at = now(entry.partition, key.decode("utf-8", "replace").partition("/")[0])
-            if at is not None and self._expired(entry.state, at):
-                expired.append((key, entry.partition))
-        for key, partition in expired:
-            del self.table.data[key]
-            self._waiting.get(partition, {}).pop(key.decode("utf-8", "replace"), None)
-            self.table.send_changelog(partition, key, None, key_serializer="raw", value_serializer="raw")
-        return len(expired)
+
+class TableStore:
+    """A `StateTable` as the runner's `StateStore` while one record is folded: a repeat
+    of a record an entry already reflects is recognised by the entry's positions."""
+
+    __slots__ = ("table", "partition", "origin", "loaded")
+
+    def __init__(self, table: StateTable[Any], partition: int, origin: Origin) -> None:
+        self.table, self.partition, self.origin = table, partition, origin
+        self.loaded: dict[str, Entry[Any]] = {}
+
+    def load(self, key: str) -> tuple[Any | None, bool]:
+        entry = self.table.get(key)
+        if entry is None:
+            return None, False
+        self.loaded[key] = entry
+        return entry.state, entry.applied(self.origin)
+
+    def items(self) -> Iterable[tuple[str, Any]]:
+        return self.table.items(self.partition)
+
+    def positions(self, key: str) -> dict[str, Position]:
+        """The positions of `key`'s entry with the record in hand's."""
+        previous = self.loaded.get(key)
+        positions = dict(previous.positions) if previous is not None else {}
+        positions[self.origin.stream] = self.origin.position
+        return positions
+
+    def caused(self, key: str, cause: str) -> list[Sent]:
+        """The records of `key`'s outbox that the record `cause` caused."""
+        entry = self.loaded.get(key)
+        return [sent for sent in entry.outbox if sent.cause == cause] if entry is not None else []
