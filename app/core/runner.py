@@ -90,6 +90,14 @@ class StateStore(Protocol):
         """Every (key, state) of the scope: to rebuild the waiting index."""
 
 
+class Progressed(msgspec.Struct, frozen=True):
+    """What a scope knows of time, as a driver keeps it durably with the states it
+    reflects (a Faust table partition), so the next owner of the partition starts there."""
+
+    marks: Watermarks
+    latest: dict[str, datetime]
+
+
 class Scope:
     """What one stage knows in one scope (the whole stage, or one input partition): its
     watermarks (R12.3), the latest record time folded per cluster (R12.5), and which of
@@ -108,6 +116,14 @@ class Scope:
         # True: the scope reads every partition of its topics (the watermark waits for
         # all of them); False: one partition, whose own progress is the scope's.
         self.whole = whole
+
+    def snapshot(self) -> Progressed:
+        return Progressed(self.marks, dict(self.latest))
+
+    def restore(self, saved: Progressed) -> None:
+        """Take up where a durable snapshot left off: progress only grows, so what it
+        says is still true; what came after it is read again."""
+        self.marks, self.latest = saved.marks, dict(saved.latest)
 
     def stream_time(self, cluster: str) -> datetime | None:
         """R12.5: the watermark for the cluster, else the latest record time folded here;

@@ -65,7 +65,7 @@ class Stages:
         self.app.page("/faultline/")(stats)
 
     def _table(self, stage: Stage) -> StateTable[Any]:
-        table: StateTable[Any] = StateTable(self.delivery.table(stage.name), stage.state)
+        table: StateTable[Any] = StateTable(self.delivery.table(stage.name), stage.state, self.counts)
         self.tables[stage.name] = table
         return table
 
@@ -83,10 +83,18 @@ class Stages:
         return self.scopes[stage]
 
     def _scope(self, stage: str, partition: int) -> Scope:
+        """The stage's scope of an input partition: for a new ownership, taken up from
+        the progress its table partition was last written with (by whichever worker held
+        it), so decisions that wait on progress are taken without waiting for more of it,
+        and nothing is judged against progress this worker saw when it held it before."""
         scopes = self._scopes(stage)
         scope = scopes.get(partition)
         if scope is None:
             scope = scopes[partition] = Scope(whole=False)
+            table = self.tables.get(stage)
+            saved = table.progressed(partition) if table is not None else None
+            if saved is not None:
+                scope.restore(saved)
         return scope
 
     def stream_time(self, stage: str, partition: int, cluster: str) -> datetime | None:
@@ -147,7 +155,11 @@ class Stages:
             store = TableStore(table, message.partition, origin) if table is not None else None
             key = (message.key or b"").decode("utf-8", "replace")
             source = Source(topic, message.topic, key, message.partition, message.offset, partitions)
-            outcome = runner.receive(self._scope(stage.name, message.partition), store, source, message.value or b"")
+            scope = self._scope(stage.name, message.partition)
+            marks = scope.marks
+            outcome = runner.receive(scope, store, source, message.value or b"")
+            if table is not None and scope.marks is not marks:  # kept with the states it reflects
+                table.hold_progress(current_event(), scope.snapshot())
             cause = cause_of(message)
             if outcome.redelivered:  # a repeat after a crash: its state is durable, its records may not be
                 assert store is not None

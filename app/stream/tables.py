@@ -18,35 +18,38 @@ from __future__ import annotations
 import asyncio
 import logging
 import zlib
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
 import faust
 import msgspec
 
-from app.stream.codecs import Entry, Origin, Position, Sent, encode, entry_decoder
+from app.core.runner import Progressed
+from app.stream.codecs import COMPRESS_OVER, ENTRY_LIMIT, Entry, Origin, Position, Sent, encode, entry_decoder
 from app.stream.faust_fixes import as_current_event
 
 S = TypeVar("S")
 
 log = logging.getLogger("faultline.stream")
 
-# An entry is compressed past this many bytes, and written without its outbox past
-# `ENTRY_LIMIT` (the broker's default message size is 1 MiB): the core bounds a state and
-# each record at `max_value_bytes`, but one key's batch may cause several records.
-COMPRESS_OVER = 64 * 1024
-ENTRY_LIMIT = 900 * 1024
 _ZLIB = b"\x78"  # the first byte of a zlib stream; JSON starts with `{`
+# The key of a table partition's progress (`Progressed`): no state key starts with "/"
+# (state keys start with the cluster's name, which is never empty).
+_PROGRESS = "/progress/{}"
+_progressed_decoder = msgspec.json.Decoder(Progressed)
 
 
 class StateTable(Generic[S]):
-    def __init__(self, table: faust.Table, state_type: type) -> None:
+    def __init__(self, table: faust.Table, state_type: type, counts: Counter[str] | None = None) -> None:
         self.table = table
+        self.counts: Counter[str] = counts if counts is not None else Counter()
         self._decoder = entry_decoder(state_type)
         # Folded but not yet written: key -> (the event folded last, encoded Entry).
         self.pending: dict[bytes, tuple[faust.types.EventT, bytes]] = {}
         self._outboxes: dict[bytes, list[Sent]] = {}  # the outbox of each held value
-        self.overflows = 0  # entries written without their outbox (ENTRY_LIMIT)
+        # Progress to write after the partition's states: partition -> (event, JSON).
+        self.pending_progress: dict[int, tuple[faust.types.EventT, bytes]] = {}
 
     @property
     def name(self) -> str:
@@ -71,10 +74,27 @@ class StateTable(Generic[S]):
         if len(raw) > COMPRESS_OVER:
             raw = zlib.compress(raw, 1)
             if len(raw) > ENTRY_LIMIT:
-                self.overflows += 1
+                self.counts["outbox_overflows"] += 1
                 log.warning("table %s: the outbox of %r does not fit its entry; written without it (a crash before its records are sent loses them)", self.name, key[:256])
                 raw = encode(Entry(partition=partition, positions=positions, state=value))
         self.pending[raw_key] = (event, raw)
+
+    def progressed(self, partition: int) -> Progressed | None:
+        """The progress a table partition's states were last written with (by whichever
+        worker held it), or None."""
+        raw = self.table.data.get(_PROGRESS.format(partition).encode())
+        if raw is None:
+            return None
+        try:
+            return _progressed_decoder.decode(raw)
+        except msgspec.DecodeError:
+            log.warning("table %s: undecodable progress of partition %d ignored", self.name, partition)
+            return None
+
+    def hold_progress(self, event: faust.types.EventT, progressed: Progressed) -> None:
+        """Write a partition's progress with its next states (after them, in the same
+        changelog partition: it is never durable ahead of them)."""
+        self.pending_progress[event.message.partition] = (event, encode(progressed))
 
     def items(self, partition: int) -> Iterator[tuple[str, Any]]:
         """(key, state) of every entry of one table partition, held values first."""
@@ -88,7 +108,7 @@ class StateTable(Generic[S]):
         for raw_key, (_, raw) in list(self.pending.items()):
             yield raw_key, self._load(raw)
         for raw_key, raw in list(self.table.data.items()):
-            if raw_key in seen:
+            if raw_key in seen or raw_key[:1] == b"/":
                 continue
             try:
                 yield raw_key, self._load(raw)
@@ -107,12 +127,13 @@ class StateTable(Generic[S]):
         per turn of the event loop, and while it holds more than 100 Faust stops handing
         records to every agent, so each batch of state writes stalled the whole worker."""
         written = len(self.pending)
-        if not written:
+        if not written and not self.pending_progress:
             return 0
         store, send = self.table.data, self.table.app.producer.send
         topic = self.table.changelog_topic.get_topic_name()
         sends = []
-        for raw_key, (event, raw) in self.pending.items():
+        progress = [(_PROGRESS.format(p).encode(), held) for p, held in self.pending_progress.items()]
+        for raw_key, (event, raw) in [*self.pending.items(), *progress]:
             partition = event.message.partition
             # Faust's stores pick the partition (RocksDB: one database each) from the current event.
             with as_current_event(event):
@@ -122,6 +143,7 @@ class StateTable(Generic[S]):
             sends.append(sent)
         self.pending.clear()
         self._outboxes.clear()
+        self.pending_progress.clear()
         await asyncio.gather(*sends)
         return written
 
