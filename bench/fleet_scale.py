@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+import zlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,8 @@ from app.core.rules import DEFAULT_RULES, Rules
 from app.core.topology import Stage
 from app.replay.pipeline import Pipeline
 from app.replay.trace import read_lines
-from app.stream.codecs import Entry, Position, encode
+from app.core.runner import Out, Write, encoded
+from app.stream.codecs import COMPRESS_OVER, Entry, Position, Sent, encode
 from bench.tracegen import failed_fleet
 
 LIMIT = 64 * 1024  # no table value and no record above this (issue 17)
@@ -67,20 +69,25 @@ class Largest(msgspec.Struct):
 
 class MeasuredPipeline(Pipeline):
     """The embedded pipeline, noting the size of every state it stores as a worker's
-    table stores it: an `Entry` (the state, its table partition and the position of the
-    last record folded per input topic-partition) in the table codec."""
+    table stores it: an `Entry` (the state, its table partition, the position of the
+    last record folded per input topic-partition, and its outbox: the records the fold
+    caused) in the table codec."""
 
     def __init__(self, rules: Rules = DEFAULT_RULES, partitions: int = 4) -> None:
         super().__init__(rules)
         self.partitions = partitions
         self.states_largest = Largest()
 
-    def _store(self, stage: Stage, states: dict[str, Any], key: str, state: Any, *encoded: Any) -> None:
-        super()._store(stage, states, key, state, *encoded)  # `encoded`: the state's bytes, where the driver passes them
+    def _store(self, stage: Stage, write: Write, caused: list[Out]) -> None:
+        super()._store(stage, write, caused)
         # One position per topic-partition that can feed a key: a stage's inputs, each
         # read from one partition by key (a progress record from each of them).
         positions = {f"{topic}:{p}": Position(10**12, 999) for topic in stage.topics for p in range(self.partitions)}
-        self.states_largest.see(stage.name, key, len(encode(Entry(self.partitions - 1, positions, state))))
+        cause = "t" * 200 + ":9999:999999999999"  # a long topic name, the largest partition and offset
+        outbox = [Sent(f"{'t' * 200}.{out.emit.topic}", out.emit.key, msgspec.Raw(encoded(out)), None, cause, cause) for out in caused]
+        entry = encode(Entry(self.partitions - 1, positions, write.state, outbox))
+        size = len(entry) if len(entry) <= COMPRESS_OVER else len(zlib.compress(entry, 1))  # as the table writes it
+        self.states_largest.see(stage.name, write.key, size)
 
 
 class Embedded(msgspec.Struct):

@@ -32,7 +32,7 @@ from app.core.dead_letters import dead_letter
 from app.core.emit import Emit
 from app.core.progress import Watermarks, end_of_input
 from app.core.rules import DEFAULT_RULES, Rules
-from app.core.runner import Outcome, Raw, Runner, Scope, Source
+from app.core.runner import Out, Outcome, Raw, Runner, Scope, Source, Write
 from app.core.topology import STAGE_OF, STAGES, Stage, StageRecord, decode_record
 from app.model.decode import BadRecord
 from app.model.envelope import SOURCE_TOPICS
@@ -150,13 +150,8 @@ class Pipeline:
     def _deliver(self, stage: Stage, outcome: Outcome) -> list[Emit]:
         """The outcome's states stored, its records out; internal records to the stage
         reading them, depth first."""
-        if outcome.writes:
-            states = self.states[stage.name]
-            for write in outcome.writes:
-                state = write.state
-                if self.wire:  # as the Faust tables hand it back: encoded, then decoded
-                    state = self._state_decoders[stage.name].decode(write.raw if write.raw is not None else _encode(state))
-                states[write.key] = state
+        for write in outcome.writes:
+            self._store(stage, write, outcome.out[write.first : write.end])
         out: list[Emit] = []
         for emit, raw in outcome.out:
             reader = self._readers.get(emit.topic)
@@ -170,6 +165,14 @@ class Pipeline:
             else:
                 out.extend(self._run(source, emit.value, raw if raw is not None else (lambda v=emit.value: _encode(v)))[1])
         return out
+
+    def _store(self, stage: Stage, write: Write, caused: list[Out]) -> None:
+        """A state the runner folded, with the records its fold caused (a Faust table
+        keeps them with it: bench/fleet_scale.py measures that)."""
+        state = write.state
+        if self.wire:  # as the Faust tables hand it back: encoded, then decoded
+            state = self._state_decoders[stage.name].decode(write.raw if write.raw is not None else _encode(state))
+        self.states[stage.name][write.key] = state
 
     def watermarks(self) -> list[tuple[str, str, datetime]]:
         """(cluster, source topic, watermark) as the stages reading the source topics know them (R12.6)."""

@@ -18,6 +18,12 @@ S = TypeVar("S")
 
 _encoder = msgspec.json.Encoder()
 
+# A table entry is compressed past this many bytes, and written without its outbox past
+# `ENTRY_LIMIT` (the broker's default message size is 1 MiB): the core bounds a state and
+# each record at `max_value_bytes`, but one key's batch may cause several records.
+COMPRESS_OVER = 64 * 1024
+ENTRY_LIMIT = 900 * 1024
+
 # Header carried by every record a stage writes to a re-key topic: the source record
 # it came from, `topic:partition:offset:index` (index: n-th record that source caused).
 ORIGIN_HEADER = "faultline-origin"
