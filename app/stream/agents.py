@@ -25,7 +25,6 @@ from datetime import datetime
 from typing import Any
 
 import faust
-from faust.streams import current_event
 
 from app.core.rules import Rules
 from app.core.runner import Runner, Scope, Source
@@ -33,6 +32,7 @@ from app.core.topology import OUTPUT_TOPICS, STAGES, Stage
 from app.model.facts import INTERNAL_TOPICS
 from app.settings import Settings
 from app.stream.delivery import Batch, Delivery, cause_of, origin_of, relayed, upstream_origin
+from app.stream.faust_fixes import event_in_hand
 from app.stream.tables import StateTable, TableStore
 
 log = logging.getLogger("faultline.stream")
@@ -159,7 +159,7 @@ class Stages:
             marks = scope.marks
             outcome = runner.receive(scope, store, source, message.value or b"")
             if table is not None and scope.marks is not marks:  # kept with the states it reflects
-                table.hold_progress(current_event(), scope.snapshot())
+                table.hold_progress(event_in_hand(), scope.snapshot())
             cause = cause_of(message)
             if outcome.redelivered:  # a repeat after a crash: its state is durable, its records may not be
                 assert store is not None
@@ -168,7 +168,7 @@ class Stages:
             records, starts = delivery.kafka_records(outcome.out, sent, cause)
             if outcome.writes:
                 assert table is not None and store is not None
-                event = current_event()  # names the table partition
+                event = event_in_hand()  # names the table partition
                 for write in outcome.writes:
                     caused = records[starts[write.first] : starts[write.end]]
                     table.hold(write.key, event, store.positions(write.key), write.state, write.raw, caused)

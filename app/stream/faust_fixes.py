@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Literal, NamedTuple
 
-from faust.streams import _current_event
+from faust.streams import _current_event, current_event
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import EventT
 from mode.services import WaitResults
@@ -75,6 +75,16 @@ def as_current_event(event: EventT) -> Iterator[None]:
         yield
     finally:
         _current_event.reset(token)
+
+
+def event_in_hand() -> EventT:
+    """12. The event the agent is folding (Faust's current event): a table partition's
+    writes are held with it (app/stream/tables.py), and `as_current_event` makes it
+    current again when they are written."""
+    event = current_event()
+    if event is None:
+        raise RuntimeError("no event in hand: a table write must be held by the agent folding its record")
+    return event
 
 
 def forget_unacked(app: Any, events: Iterable[EventT]) -> None:
@@ -396,6 +406,7 @@ TARGETS: tuple[Target, ...] = (
     Target("seek_uncommitted_partitions_to_beginning", "aiokafka", "AIOKafkaConsumer.seek_to_beginning", "coroutine", ("self", "partitions")),
     Target("as_current_event", "faust.streams", "_current_event", "attribute"),
     Target("as_current_event", "faust.streams", "", "code", ("_current_event.set(",)),
+    Target("event_in_hand", "faust.streams", "current_event", "function", ()),
     Target("forget_unacked", _CONSUMER, "Consumer._unacked_messages", "assigned"),
     Target("short_fetch_wait_between_rebalances", "faust", "App.on_rebalance_start", "function", ("self",)),
     Target("short_fetch_wait_between_rebalances", "faust", "App.on_rebalance_end", "function", ("self",)),

@@ -34,6 +34,7 @@ PATCHES = (
     "deliver_records_without_tasks_when_nothing_can_wait",  # 9
     "without_per_event_monitor",  # 10
     "read_offsets",  # 11
+    "event_in_hand",  # 12
 )
 
 
