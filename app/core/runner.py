@@ -198,7 +198,7 @@ class Runner:
     def _rejected(self, source: Source, reason: str, raw: Raw) -> Outcome:
         self.counts["dead_letters"] += 1
         value = raw if isinstance(raw, bytes) else raw()
-        letter = dead_letter(source.name, source.key, source.partition, source.offset, reason, value)
+        letter = dead_letter(source.name, source.key or None, source.partition, source.offset, reason, value)  # no key: None
         return Outcome([Out(letter, None)], _NONE, _NONE)
 
     # --- progress (SPEC R12) ---------------------------------------------------------------
