@@ -456,8 +456,8 @@ def _on_gang(state: QueueStats | None, key: str, change: GangChange, fleet: Flee
     else:
         waiting.pop(t.key, None)
     evicted = t.to == WAITING_FOR_READMISSION or (t.code == GANG_EVICTED and t.from_ != WAITING_FOR_READMISSION)
-    # R9.4: only a preemption waits; with the policy off it ends the attempt at once.
-    preempted = t.to == WAITING_FOR_READMISSION or (evicted and t.cause is not None and t.cause.reason == PREEMPTION)
+    # A preemption by its cause: under R9 only a preemption waits, under R15 every eviction does.
+    preempted = evicted and t.cause is not None and t.cause.reason == PREEMPTION
     readmitted = t.from_ == WAITING_FOR_READMISSION and t.to == "Running"
     waited = (t.waited_seconds or 0.0) if readmitted else 0.0
     state = msgspec.structs.replace(state, waiting=waiting, totals=_add_wait(state.totals, evicted, preempted, readmitted, waited))

@@ -63,7 +63,9 @@ from typing import Literal, NamedTuple
 
 import msgspec
 
-from app.core import kueue
+from app.core import kueue, kueue_jobs
+from app.core import workload as w
+from app.core.kueue_jobs import is_suspended
 from app.core.attempt import gang_attempt
 from app.core.bounds import Trim
 from app.core.emit import Emit
@@ -73,8 +75,21 @@ from app.core.rules import Rules
 from app.model.decode import TypedEnvelope
 from app.model.envelope import JOBS, WORKLOADS, ChangeType
 from app.model.facts import GANG_INPUTS, GangInput
-from app.model.k8s import Condition, Job, Timestamp, Workload
-from app.model.records import GANG_EVICTED, GANG_TRANSITIONS, EvictionCause, GangState, GangTransition, Identity, ObjectRef, PodRef, Retry
+from app.model.k8s import Condition, Job, Timestamp, Workload, WorkloadSpec
+from app.model.records import (
+    GANG_EVICTED,
+    GANG_TRANSITIONS,
+    STUCK_READMISSIONS,
+    WAITING_FOR_READMISSION,
+    EvictionCause,
+    GangState,
+    GangTransition,
+    Identity,
+    ObjectRef,
+    PodRef,
+    Retry,
+    StuckReadmission,
+)
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 TERMINAL: frozenset[GangState] = frozenset({"Ended", "Completed"})
@@ -82,6 +97,10 @@ TERMINAL: frozenset[GangState] = frozenset({"Ended", "Completed"})
 PENDING = "waiting for gang admission"
 RUNNING = "running"
 READMITTED = "re-admitted by kueue; running"
+HELD = "suspended, and kueue recorded no eviction: held by its user or a controller"  # R15.5
+RESUMED = "resumed; running"
+DELETED = "the workload was deleted"  # R15.3
+WORKLOAD_DELETED = "WorkloadDeleted"
 
 JOBSET_KIND = "JobSet"
 COMPLETED = "Completed"
@@ -101,11 +120,12 @@ class JobSetEnd(msgspec.Struct, frozen=True, gc=False):
 
 
 class JobSetView(msgspec.Struct, frozen=True, gc=False):
-    """One JobSet observation, reduced to what R9 reads."""
+    """One observation of the job Kueue suspends (a JobSet, a TrainJob's JobSet, a batch
+    Job, a RayJob, a Kubeflow job), reduced to what R9 and R15 read (app/core/kueue_jobs.py)."""
 
     observed_at: Timestamp
     suspended: bool = False
-    running: bool = False  # R9.3: restarts, or a replicated job ready or succeeded
+    running: bool = False  # R9.3, R15.2: its workers ran
     resume: bool = False  # R9.2: the policy at this observation
     await_eviction: bool = True  # R9.6: wait for Kueue's eviction record (see Rules)
     end: JobSetEnd | None = None
@@ -113,13 +133,18 @@ class JobSetView(msgspec.Struct, frozen=True, gc=False):
 
 
 class WorkloadView(msgspec.Struct, frozen=True, gc=False):
-    """One Workload observation, reduced to what R9 reads."""
+    """One Workload observation, reduced to what R9 and R15 read."""
 
     observed_at: Timestamp
     eviction: kueue.Eviction | None = None
     active: bool = True
     admitted: bool = False
     deleted: bool = False
+    # When Kueue admitted it, by its own clock, capped by `observed_at` (R2.7c): a wait's
+    # length is read from the Workload's conditions, not from when they were seen.
+    admitted_at: Timestamp | None = None
+    replaced: bool = False  # R15.1: an elastic job's slice replaced by a newer Workload
+    counts: kueue.EvictionCounts = ()  # v1beta2 schedulingStats: evictions by reason and cause
 
     @property
     def deactivated(self) -> bool:
@@ -131,6 +156,9 @@ class WorkloadView(msgspec.Struct, frozen=True, gc=False):
 
 
 class JobSetTrack(msgspec.Struct, frozen=True, gc=False):
+    """The job's observations (a JobSet's for a TrainJob: it mirrors the TrainJob's
+    suspension and carries its workers' status), and how its transitions are named."""
+
     name: str
     namespace: str
     run: str | None
@@ -142,6 +170,14 @@ class JobSetTrack(msgspec.Struct, frozen=True, gc=False):
     key: str = ""
     identity: Identity = "labels"
     tracked: ObjectRef | None = None
+    kind: str = JOBSET_KIND  # the observed job's kind
+    uid: str = ""  # the observed job's uid ("": the gang's)
+
+    @property
+    def requeued(self) -> bool:
+        """R15: a workload attempt: Kueue requeues it and nobody deletes it, so any eviction
+        is waited out; R9 (the orchestrator's labels) keeps Flyte's policy."""
+        return self.identity == "workload"
 
 
 class WorkloadTrack(msgspec.Struct, frozen=True, gc=False):
@@ -193,11 +229,17 @@ class WorkloadTrack(msgspec.Struct, frozen=True, gc=False):
                 return self.episode(k)
         return None
 
-    def exit_after(self, k: int) -> int | None:
-        """While waiting (R9.8, R9.7, R9.9): first view after k that is gone, deactivated or readmitted."""
+    def exit_after(self, k: int, requeued: bool = False) -> int | None:
+        """While waiting (R9.8, R9.7, R9.9): first view after k that is gone, deactivated or
+        readmitted. `requeued` (R15.3): any inactive Workload ends the wait, and a deleted
+        one does not (Kueue makes another while its job is there)."""
         for j in range(k + 1, len(self.views)):
             view = self.views[j]
-            if view.deleted or view.deactivated or view.readmitted:
+            if view.readmitted:
+                return j
+            if requeued and not view.deleted and not view.active:
+                return j
+            if not requeued and (view.deleted or view.deactivated):
                 return j
         return None
 
@@ -229,10 +271,10 @@ class Status(msgspec.Struct, frozen=True, gc=False):
 
 
 class GangStateData(msgspec.Struct, frozen=True, gc=False):
-    """The per-JobSet state: what has been observed, and the last emitted status."""
+    """The per-job state: what has been observed, and the last emitted status."""
 
     cluster: str
-    uid: str  # the JobSet's uid
+    uid: str  # the uid of the job Kueue's Workload names (a TrainJob's for its JobSet)
     last_seen: Timestamp
     jobset: JobSetTrack | None = None  # None: Workload records held until the JobSet arrives
     workloads: tuple[WorkloadTrack, ...] = ()
@@ -240,6 +282,7 @@ class GangStateData(msgspec.Struct, frozen=True, gc=False):
     deleted_at: Timestamp | None = None  # the JobSet's DELETED record (R7.4)
     steps: int = 0  # steps of `decide` emitted so far (each a transition)
     blocked: bool = False  # a decision waits on progress (R12.4): settle it when a watermark moves
+    stuck: Timestamp | None = None  # R15.4: the `at` of the wait reported stuck, until it ends
 
     @property
     def ended(self) -> bool:
@@ -249,40 +292,41 @@ class GangStateData(msgspec.Struct, frozen=True, gc=False):
 # --- Public API ----------------------------------------------------------------------
 
 
-def gang_key(cluster: str, obj: Job | Workload) -> str | None:
-    """`<cluster>/<JobSet uid>` the record belongs to, None if it belongs to no JobSet.
+def gang_key(cluster: str, obj: Job | Workload, rules: Rules) -> str | None:
+    """`<cluster>/<job uid>` the record belongs to (the job Kueue's Workload names), None
+    if it belongs to no gang faultline follows.
 
     UIDs are random per cluster, so a collision needs a cluster restored from another's
     backup; the cluster prefix rules even that out and costs nothing.
     """
-    uid = _jobset_uid(obj)
+    uid = kueue.job_uid_of(obj, rules) if isinstance(obj, Workload) else _job_uid(obj, rules)
     return f"{cluster}/{uid}" if uid else None
 
 
-def gang_input_of(change: ChangeType, observed_at: datetime, cluster: str, obj: Job | Workload) -> Emit | None:
-    """A JobSet or Workload record for the gang stage, keyed by its gang (None: it
-    belongs to no JobSet)."""
-    key = gang_key(cluster, obj)
+def gang_input_of(change: ChangeType, observed_at: datetime, cluster: str, obj: Job | Workload, rules: Rules) -> Emit | None:
+    """A job or Workload record for the gang stage, keyed by its gang (None: it belongs to
+    no gang faultline follows)."""
+    key = gang_key(cluster, obj, rules)
     if key is None:
         return None
     jobset, workload = (obj, None) if isinstance(obj, Job) else (None, obj)
+    if workload is not None and workload.spec.pod_sets:  # read for routing only: not carried on
+        workload = msgspec.structs.replace(workload, spec=WorkloadSpec(active=workload.spec.active))
     return Emit(GANG_INPUTS, key, GangInput(change, observed_at, cluster, jobset=jobset, workload=workload))
 
 
 def route_workload_record(
     _: None, __: str, envelope: TypedEnvelope[Workload], rules: Rules, marks: Watermarks
 ) -> tuple[None, list[Emit]]:
-    """The jobs stage's fold for k8s.workloads: a JobSet's Workload to its gang (R9.1)."""
-    gang = gang_input_of(envelope.type, envelope.observed_at, envelope.cluster, envelope.object)
+    """The jobs stage's fold for k8s.workloads: a Workload to its job's gang (R9.1, R15.1)."""
+    gang = gang_input_of(envelope.type, envelope.observed_at, envelope.cluster, envelope.object, rules)
     return None, [gang] if gang is not None else []
 
 
 def fold_gang(
-    state: GangStateData | None, _: str, record: GangInput, rules: Rules, marks: Watermarks
+    state: GangStateData | None, key: str, record: GangInput, rules: Rules, marks: Watermarks
 ) -> tuple[GangStateData | None, list[Emit]]:
-    obj = record.jobset if record.jobset is not None else record.workload
-    assert obj is not None  # GangInput guarantees one of them
-    uid = _jobset_uid(obj)
+    uid = key.partition("/")[2]
     if not uid:
         return state, []
     if state is None:
@@ -298,23 +342,80 @@ def settle_gang(state: GangStateData, _: str, rules: Rules, marks: Watermarks) -
 
 
 def gang_waits_until(state: GangStateData, rules: Rules) -> datetime | None:
-    """A gang blocked on an absence settles on any progress of its cluster (R12.4)."""
-    return ANY_PROGRESS if state.blocked else None
+    """A gang blocked on an absence settles on any progress of its cluster (R12.4); a
+    workload attempt waiting for readmission, once stream time passes
+    `max_readmission_wait` (R15.4: it is reported stuck)."""
+    if state.blocked:
+        return ANY_PROGRESS
+    waiting = _waiting_since(state)
+    if waiting is not None and state.stuck != waiting:
+        return waiting + rules.max_readmission_wait
+    return None
+
+
+def _waiting_since(state: GangStateData) -> datetime | None:
+    """When a workload attempt's wait for readmission began, if it waits now (R15.2)."""
+    status, track = state.status, state.jobset
+    if status is None or track is None or not track.requeued or status.state != WAITING_FOR_READMISSION:
+        return None
+    return status.at
 
 
 def _decided(state: GangStateData, rules: Rules, marks: Watermarks) -> tuple[GangStateData, list[Emit]]:
-    if state.ended:
+    if state.ended and state.stuck is None:
         return msgspec.structs.replace(state, blocked=False) if state.blocked else state, []  # an ending is final (R7.1)
-    steps, blocked = decide(state, Horizon.of(marks, state.cluster), rules.watch_skew)
     emits = []
-    status = state.status
-    for step in steps[state.steps :]:  # R9.11: one record per state change, each once
-        transition = _transition(state, status, step, rules)
-        emits += [transition, *gang_change(step.at, transition.value, rules)]
-        status = step
-    if emits or blocked != state.blocked:
-        state = msgspec.structs.replace(state, status=status, steps=max(state.steps, len(steps)), blocked=blocked)
+    if not state.ended:
+        steps, blocked = decide(state, Horizon.of(marks, state.cluster), rules.watch_skew)
+        status = state.status
+        for step in steps[state.steps :]:  # R9.11: one record per state change, each once
+            transition = _transition(state, status, step, rules)
+            emits += [transition, *gang_change(step.at, transition.value, rules)]
+            status = step
+        if emits or blocked != state.blocked:
+            state = msgspec.structs.replace(state, status=status, steps=max(state.steps, len(steps)), blocked=blocked)
+    stuck = _stuck(state, rules, marks.stream_time(state.cluster))
+    if stuck is not None:
+        state, record = stuck
+        emits.append(record)
     return state, emits
+
+
+def _stuck(state: GangStateData, rules: Rules, now: datetime | None) -> tuple[GangStateData, Emit] | None:
+    """R15.4: a wait past `max_readmission_wait` of stream time is reported once, and its
+    end once more; the wait itself goes on."""
+    waiting = _waiting_since(state)
+    if state.stuck is not None and state.stuck != waiting:  # the wait it reported is over
+        status = state.status
+        assert status is not None
+        at = max(status.at, state.stuck)
+        return msgspec.structs.replace(state, stuck=None), _stuck_record(state, state.stuck, at, False, rules)
+    if waiting is not None and state.stuck is None and now is not None and now - waiting >= rules.max_readmission_wait:
+        return msgspec.structs.replace(state, stuck=waiting), _stuck_record(state, waiting, now, True, rules)
+    return None
+
+
+def _stuck_record(state: GangStateData, since: datetime, at: datetime, stuck: bool, rules: Rules) -> Emit:
+    track, status = state.jobset, state.status
+    assert track is not None and status is not None
+    key = track.key or f"{state.cluster}/{track.namespace}/{track.name}"
+    record = StuckReadmission(
+        key=key,
+        cluster=state.cluster,
+        namespace=track.namespace,
+        identity=track.identity,
+        tracked=track.tracked or ObjectRef(kind=track.kind, name=track.name, uid=state.uid),
+        workload=status.workload,
+        queue=track.queue,
+        stuck=stuck,
+        since=since,
+        at=at,
+        waited_seconds=(at - since).total_seconds(),
+        cause=status.cause if stuck else None,
+        reason=status.reason,
+        rules_version=rules.version,
+    )
+    return Emit(STUCK_READMISSIONS, key, record)
 
 
 def gang_expired(state: GangStateData, stream_time: datetime, rules: Rules) -> bool:
@@ -330,35 +431,38 @@ def gang_expired(state: GangStateData, stream_time: datetime, rules: Rules) -> b
 # --- Reading a JobSet ----------------------------------------------------------------
 
 
-def _jobset_uid(obj: Job | Workload) -> str | None:
-    if isinstance(obj, Workload):
-        return kueue.jobset_uid_of(obj)
-    if obj.kind != JOBSET_KIND:
+def _labelled(labels: dict[str, str], rules: Rules) -> bool:
+    """R1, R13.1: the four orchestrator labels identify the attempt."""
+    keys = rules.labels
+    return labels.get(keys.managed) == "true" and all(labels.get(k) for k in (keys.run, keys.action, keys.attempt))
+
+
+def _job_uid(job: Job, rules: Rules) -> str | None:
+    """The gang a job record belongs to (R9.1, R15): a JobSet's own, or its TrainJob's
+    when a TrainJob controls it (the TrainJob's Workload names the TrainJob; its JobSet
+    mirrors its suspension and carries its workers' status); under `workload_identity` a
+    GPU batch Job, a RayJob or a Kubeflow job that is a workload attempt of its own
+    (R13.2), by its own uid. A TrainJob's record itself: none (its JobSet speaks for it)."""
+    meta = job.metadata
+    if not meta.uid:
         return None
-    return obj.metadata.uid or None
-
-
-def is_suspended(jobset: Job) -> bool:
-    """R9.3: `spec.suspend`, or its newest True condition is `Suspended`."""
-    return jobset.spec.suspend is True or _newest_true(jobset.status.conditions) == SUSPENDED
-
-
-def _newest_true(conditions: list[Condition]) -> str | None:
-    """The type of the True condition with the latest lastTransitionTime (later in the list on ties)."""
-
-    def order(item: tuple[int, Condition]) -> tuple[bool, float, int]:
-        i, condition = item
-        t = condition.last_transition_time
-        return (t is not None, t.timestamp() if t is not None else 0.0, i)
-
-    true = [(i, c) for i, c in enumerate(conditions) if c.status == "True"]
-    return max(true, key=order)[1].type if true else None
-
-
-def has_run(jobset: Job) -> bool:
-    """R9.3: restarted, or a replicated job has a ready or succeeded Job."""
-    status = jobset.status
-    return status.restarts > 0 or any(r.ready > 0 or r.succeeded > 0 for r in status.replicated_jobs_status)
+    group = w.group_of(job.api_version)
+    if (group, job.kind) == (w.JOBSET_GROUP, JOBSET_KIND) or (not group and job.kind == JOBSET_KIND):
+        if rules.workload_identity and not _labelled(meta.labels, rules):
+            owner = next((o for o in meta.owner_references if o.controller), None)
+            if owner is not None and (w.group_of(owner.api_version), owner.kind) == (w.TRAINER_GROUP, w.TRAINJOB) and owner.uid:
+                return owner.uid
+        return meta.uid
+    if not rules.workload_identity or (group, job.kind) not in kueue.GANG_OWNERS or job.kind in (w.TRAINJOB, JOBSET_KIND):
+        return None
+    if _labelled(meta.labels, rules):
+        return None  # R9 follows JobSets only under the orchestrator's labels
+    owner = next((o for o in meta.owner_references if o.controller), None)
+    if owner is not None and (w.group_of(owner.api_version), owner.kind) in w.TRACKED_OWNERS:
+        return None  # a JobSet's Jobs, a RayJob's submitter, an MPIJob's launcher (R13.2)
+    if job.kind == w.JOB and (job.spec.template is None or not w.requests_gpu(job.spec.template.spec, rules)):
+        return None  # R13.2: a Job without a GPU is no attempt
+    return meta.uid
 
 
 def resume_after_preemption(jobset: Job, rules: Rules) -> bool:
@@ -367,46 +471,56 @@ def resume_after_preemption(jobset: Job, rules: Rules) -> bool:
     return {"true": True, "false": False}.get(value or "", rules.resume_after_preemption)
 
 
-def end_of(jobset: Job) -> JobSetEnd | None:
-    """R9.10: a True `Completed` or `Failed` condition."""
-    for type_, state in ((COMPLETED, "Completed"), (FAILED, "Ended")):
-        found = kueue.find_condition(jobset.status.conditions, type_)
-        if found is not None and found.status == "True":
-            return JobSetEnd(state, found.reason, found.message)
-    return None
-
-
 def _jobset_view(record: GangInput, jobset: Job, rules: Rules, trim: Trim) -> JobSetView:
     if record.change == "DELETED":
         return JobSetView(record.observed_at, deleted=True)
     return JobSetView(
         record.observed_at,
         suspended=is_suspended(jobset),
-        running=has_run(jobset),
+        running=kueue_jobs.has_started(jobset),
         resume=resume_after_preemption(jobset, rules),
         await_eviction=rules.await_eviction_with_policy_off,
-        end=_trimmed_end(end_of(jobset), trim),
+        end=_trimmed_end(kueue_jobs.end_of(jobset), trim),
     )
 
 
-def _trimmed_end(end: JobSetEnd | None, trim: Trim) -> JobSetEnd | None:
-    return JobSetEnd(end.state, trim.token(end.reason), trim.message(end.message)) if end is not None else None
-
-
-def _trimmed_eviction(eviction: kueue.Eviction | None, trim: Trim) -> kueue.Eviction | None:
-    if eviction is None:
+def _trimmed_end(end: kueue_jobs.End | None, trim: Trim) -> JobSetEnd | None:
+    if end is None:
         return None
-    return kueue.Eviction(trim.token(eviction.reason), trim.message(eviction.message), trim.token(eviction.detail), eviction.since)
+    state: GangState = "Completed" if end.state == COMPLETED else "Ended"
+    return JobSetEnd(state, trim.token(end.reason), trim.message(end.message))
 
 
-def _workload_view(record: GangInput, workload: Workload, trim: Trim) -> WorkloadView:
+def _capped(at: datetime | None, observed_at: datetime) -> datetime | None:
+    """R2.7c: a time a client wrote is never after the bridge saw it."""
+    return min(at, observed_at) if at is not None else None
+
+
+def _workload_view(record: GangInput, workload: Workload, trim: Trim, before: WorkloadView | None) -> WorkloadView:
+    """The Workload as R9 and R15 read it; `before`: its previous view, which tells which
+    of Kueue's eviction counts grew (the eviction's underlying cause, R15.2)."""
     if record.change == "DELETED":
         return WorkloadView(record.observed_at, deleted=True)
+    observed_at = record.observed_at
+    counts = tuple((trim.token(r), trim.token(c), n) for r, c, n in kueue.eviction_counts(workload))
+    eviction = kueue.eviction_of(workload)
+    if eviction is not None:
+        reason = trim.token(eviction.reason)
+        eviction = kueue.Eviction(
+            reason,
+            trim.message(eviction.message),
+            trim.token(eviction.detail),
+            _capped(eviction.since, observed_at),
+            kueue.underlying_cause(reason, counts, before.counts if before is not None else ()),
+        )
     return WorkloadView(
-        record.observed_at,
-        eviction=_trimmed_eviction(kueue.eviction_of(workload), trim),
+        observed_at,
+        eviction=eviction,
         active=workload.spec.active,
         admitted=kueue.is_admitted(workload),
+        admitted_at=_capped(kueue.admitted_at(workload), observed_at),
+        replaced=kueue.is_replaced(workload),
+        counts=counts,
     )
 
 
@@ -427,15 +541,29 @@ def _observe(state: GangStateData, record: GangInput, rules: Rules, trim: Trim) 
     return msgspec.structs.replace(state, workloads=_add_workload(state.workloads, record, record.workload, trim))
 
 
+def _gang_attempt(cluster: str, job: Job, rules: Rules, trim: Trim) -> tuple[str, Identity, ObjectRef]:
+    """R9.11, R15.6: how the job's transitions are keyed and named: a JobSet's as
+    `gang_attempt` says (labels, its own, or its TrainJob's); any other kind is a workload
+    attempt of its own (R13.3)."""
+    if job.kind == JOBSET_KIND:
+        return gang_attempt(cluster, job, rules, trim)
+    meta = job.metadata
+    attempt = w.workload_attempt(cluster, meta.namespace, job.kind, trim.token(meta.name), meta.uid)
+    assert attempt.tracked is not None  # a workload attempt names its object
+    return attempt.key, "workload", attempt.tracked
+
+
 def _add_jobset(track: JobSetTrack | None, record: GangInput, jobset: Job, rules: Rules, trim: Trim) -> JobSetTrack:
     labels = jobset.metadata.labels
     keys = rules.labels
     views = _compact(track.views if track is not None else (), _jobset_view(record, jobset, rules, trim))
-    key, identity, tracked = gang_attempt(record.cluster, jobset, rules, trim)
+    key, identity, tracked = _gang_attempt(record.cluster, jobset, rules, trim)
     return JobSetTrack(
         key=key,
         identity=identity,
         tracked=tracked,
+        kind=jobset.kind,
+        uid=jobset.metadata.uid,
         name=jobset.metadata.name,
         namespace=jobset.metadata.namespace,
         run=labels.get(keys.run),
@@ -460,24 +588,27 @@ def _same_view(old: JobSetView | WorkloadView, new: JobSetView | WorkloadView) -
 
 def _add_workload(tracks: tuple[WorkloadTrack, ...], record: GangInput, workload: Workload, trim: Trim) -> tuple[WorkloadTrack, ...]:
     meta = workload.metadata
-    view = _workload_view(record, workload, trim)
     for i, track in enumerate(tracks):
         if track.uid == meta.uid:
+            view = _workload_view(record, workload, trim, track.views[-1])
             updated = msgspec.structs.replace(
                 track,
                 last_seen=max(track.last_seen, view.observed_at),
                 views=track.views if _same_view(track.views[-1], view) else track.views + (view,),
             )
             return tracks[:i] + (updated,) + tracks[i + 1 :]
+    view = _workload_view(record, workload, trim, None)
     new = WorkloadTrack(meta.name, meta.uid, meta.creation_timestamp, record.observed_at, (view,))
     return tracks + (new,)
 
 
 def newest_workload(tracks: tuple[WorkloadTrack, ...]) -> WorkloadTrack | None:
-    """R9.1: the newest by creationTimestamp (then name, uid, for a total order)."""
-    if not tracks:
+    """R9.1: the newest by creationTimestamp (then name, uid, for a total order); R15.1:
+    of those not replaced by a newer slice (an elastic job's), when there is one."""
+    live = [t for t in tracks if not any(v.replaced for v in t.views)] or list(tracks)
+    if not live:
         return None
-    return max(tracks, key=lambda w: (w.created is not None, w.created.timestamp() if w.created else 0.0, w.name, w.uid))
+    return max(live, key=lambda t: (t.created is not None, t.created.timestamp() if t.created else 0.0, t.name, t.uid))
 
 
 # --- Deciding ------------------------------------------------------------------------
@@ -535,6 +666,7 @@ def decide(state: GangStateData, horizon: Horizon, skew: timedelta) -> tuple[lis
     if state.jobset is None:
         return [], False  # Workload records held until their JobSet is known (R9.1)
     views = state.jobset.views
+    requeued = state.jobset.requeued
     workload = _Known(newest_workload(state.workloads), horizon.workloads)
     steps: list[Status] = []
     started = False
@@ -542,9 +674,11 @@ def decide(state: GangStateData, horizon: Horizon, skew: timedelta) -> tuple[lis
     while i < len(views):
         view = views[i]
         if view.deleted:
+            if requeued and started:  # R15.3: nobody deletes it but its user: it ends here
+                return steps, not _step(steps, Status("Ended", DELETED, view.observed_at, code=WORKLOAD_DELETED), workload)
             return steps, False
         if view.end is not None:
-            return steps, not _step(steps, _jobset_ended(view.end, view.observed_at), workload)  # R9.10
+            return steps, not _step(steps, _jobset_ended(view.end, view.observed_at, state.jobset.kind), workload)  # R9.10
         if not started and not view.running and not view.suspended:
             # R9.3: resumed while its Workload, as it stood then, was admitted.
             if not workload.through(view.observed_at):
@@ -561,7 +695,7 @@ def decide(state: GangStateData, horizon: Horizon, skew: timedelta) -> tuple[lis
         else:
             end = _end_of_suspension(views, i)
             after = views[end] if end < len(views) else None
-            kind, taken = _suspension(views[i:end], after, workload, horizon.jobs, skew)
+            kind, taken = _suspension(views[i:end], after, workload, horizon.jobs, skew, requeued)
             for status in taken:
                 if not _step(steps, status, workload):
                     return steps, True
@@ -591,11 +725,18 @@ def _end_of_suspension(views: tuple[JobSetView, ...], i: int) -> int:
 
 
 def _suspension(
-    run: tuple[JobSetView, ...], after: JobSetView | None, workload: _Known, jobs: datetime | None, skew: timedelta
+    run: tuple[JobSetView, ...],
+    after: JobSetView | None,
+    workload: _Known,
+    jobs: datetime | None,
+    skew: timedelta,
+    requeued: bool = False,
 ) -> Step:
     """R9.4–R9.9 for one suspension of a started JobSet: `run` are its suspended views,
     `after` the view that ended the suspension (running again, ended or deleted), if any;
-    `jobs` the k8s.jobs watermark. Returns how it stands and the steps it settled."""
+    `jobs` the k8s.jobs watermark. Returns how it stands and the steps it settled.
+    `requeued` (R15, a workload attempt): any eviction is waited out, and a suspension
+    Kueue recorded no eviction for is its user's (`Suspended`), never an ending."""
     since = run[0].observed_at
     until = after.observed_at if after is not None else None
     deadline = since + skew  # R9.6: Kueue's eviction record may lag the JobSet's by this much
@@ -623,43 +764,74 @@ def _suspension(
         view = track.views[k]
         evicted = kueue.classify_eviction(view.eviction, view.active)
         assert evicted is not None  # the view shows the eviction
+        if requeued and view.active:
+            return _wait(track, k, evicted, decided, after, requeued)  # R15.2: requeued, it waits
         if evicted.is_preemption and run[0].resume:
             return _wait(track, k, evicted, decided, after)  # R9.4 policy on
         if not workload.through(decided):
             return "blocked", []  # a Workload record in flight could still reclassify it
         return "final", [_evicted(evicted, decided)]  # R9.4 policy off, R9.5
     gone = track.deleted_at if track is not None else None
-    if gone is not None and gone <= deadline and suspended_through(gone):
+    if not requeued and gone is not None and gone <= deadline and suspended_through(gone):
         return "final", [_evicted(None, max(since, gone))]  # R9.7: deleted while suspended
-    if not run[0].resume and not run[0].await_eviction:
+    if not requeued and not run[0].resume and not run[0].await_eviction:
         return "final", [_evicted(None, since)]  # R9.6, policy off without the wait (Flyte's)
     if until is not None and until <= deadline:
         # Running again before Kueue could have recorded an eviction: nothing evicted it.
         return ("resumed", []) if workload.through(until) else ("blocked", [])
     if suspended_through(deadline) and workload.through(deadline):
+        if requeued:  # R15.5: Kueue recorded no eviction: its user's suspension, not an end
+            return _held(deadline, after)
         return "final", [_evicted(None, deadline)]  # R9.6, R9.7: no eviction, or no Workload, recorded in time
     return "blocked", []
 
 
-def _wait(workload: WorkloadTrack, k: int, evicted: kueue.Classified, began: datetime, after: JobSetView | None) -> Step:
-    """WaitingForReadmission, until the Workload is deactivated (R9.8), deleted (R9.7) or
-    readmitted with the JobSet running again (R9.9)."""
+def _held(at: datetime, after: JobSetView | None) -> Step:
+    """R15.5: `Suspended` (known at `at`), until the job runs again (`Running`), ends or is
+    deleted (the caller goes on with that view)."""
+    held = Status("Suspended", HELD, at)
+    if after is None:
+        return "waiting", [held]
+    if after.suspended or after.end is not None or after.deleted:
+        return "resumed", [held]
+    return "resumed", [held, Status("Running", RESUMED, max(at, after.observed_at))]
+
+
+def _wait(
+    workload: WorkloadTrack, k: int, evicted: kueue.Classified, began: datetime, after: JobSetView | None, requeued: bool = False
+) -> Step:
+    """WaitingForReadmission, until the Workload is deactivated (R9.8, R15.3), deleted
+    (R9.7; under R15 Kueue makes another: the wait goes on) or readmitted with the job
+    running again (R9.9). The wait's length is Kueue's: from the eviction to the
+    readmission by the Workload's own condition times, each capped by when it was seen
+    (issue 29: a restart of faultline during the wait does not lengthen it)."""
     waiting = Status("WaitingForReadmission", kueue.waiting_reason(evicted), began, cause=_cause(evicted))
-    j = workload.exit_after(k)
+    j = workload.exit_after(k, requeued)
     if j is None:
+        if requeued and after is not None and (after.end is not None or after.deleted):
+            return "resumed", [waiting]  # R15.3: it ended or was deleted while waiting: the caller goes on there
         return "waiting", [waiting]
     exit_ = workload.views[j]
     at = max(began, exit_.observed_at)
     if exit_.deleted:
         return "final", [waiting, _evicted(None, at)]
-    if exit_.deactivated:
+    if exit_.deactivated or (requeued and not exit_.active):
         return "final", [waiting, _evicted(kueue.classify_eviction(exit_.eviction, exit_.active), at)]
     if after is None:
         return "waiting", [waiting]  # Evicted False but the JobSet is still suspended
     if after.suspended or after.end is not None or after.deleted:
         return "resumed", [waiting]
     resumed = max(exit_.observed_at, after.observed_at)
-    return "resumed", [waiting, Status("Running", READMITTED, resumed, waited_seconds=(resumed - began).total_seconds())]
+    evicted_at = workload.views[k].eviction.since if workload.views[k].eviction is not None else None
+    waited = _waited(evicted_at, exit_.admitted_at) or (resumed - began).total_seconds()
+    return "resumed", [waiting, Status("Running", READMITTED, resumed, waited_seconds=waited)]
+
+
+def _waited(evicted_at: datetime | None, admitted_at: datetime | None) -> float | None:
+    """The wait by Kueue's clock: its Evicted condition's time to its Admitted one."""
+    if evicted_at is None or admitted_at is None or admitted_at < evicted_at:
+        return None
+    return (admitted_at - evicted_at).total_seconds()
 
 
 def _evicted(evicted: kueue.Classified | None, at: datetime) -> Status:
@@ -671,13 +843,14 @@ def _evicted(evicted: kueue.Classified | None, at: datetime) -> Status:
 def _cause(evicted: kueue.Classified | None) -> EvictionCause:
     if evicted is None:
         return EvictionCause(reason="", detail="", message="")  # R9.6, R9.7: none recorded
-    return EvictionCause(reason=evicted.reason, detail=evicted.detail, message=evicted.message)
+    return EvictionCause(reason=evicted.reason, detail=evicted.detail, message=evicted.message, underlying_cause=evicted.underlying)
 
 
-def _jobset_ended(end: JobSetEnd, at: datetime) -> Status:
-    """R9.10: Completed → Completed; Failed → Ended, its code the condition's reason (R6.1)."""
+def _jobset_ended(end: JobSetEnd, at: datetime, kind: str = JOBSET_KIND) -> Status:
+    """R9.10, R15.3: Completed → Completed; Failed → Ended, its code the condition's reason (R6.1)."""
     word = "completed" if end.state == "Completed" else "failed"
-    text = f"jobset {word} ({end.reason})" if end.reason else f"jobset {word}"
+    what = kind.lower()
+    text = f"{what} {word} ({end.reason})" if end.reason else f"{what} {word}"
     text = f"{text}: {end.message}" if end.message else text
     if end.state == "Completed":
         return Status("Completed", text, at)
@@ -695,7 +868,7 @@ def _transition(state: GangStateData, old: Status | None, new: Status, rules: Ru
         cluster=state.cluster,
         namespace=track.namespace,
         identity=identity,
-        jobset=PodRef(name=track.name, uid=state.uid),
+        jobset=PodRef(name=track.name, uid=track.uid or state.uid) if track.kind == JOBSET_KIND else None,
         workload=new.workload,
         run=track.run if identity == "labels" else None,
         action=track.action if identity == "labels" else None,

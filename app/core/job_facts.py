@@ -56,7 +56,7 @@ def route_job_record(_: None, __: str, envelope: TypedEnvelope[Job], rules: Rule
     """The jobs stage's fold for k8s.jobs: to the attempt (R1), and a JobSet to its gang (R9)."""
     change, at, cluster, job = envelope.type, envelope.observed_at, envelope.cluster, envelope.object
     emits = route_job(change, at, cluster, job, rules)
-    gang = gang_input_of(change, at, cluster, job)
+    gang = gang_input_of(change, at, cluster, job, rules)
     if gang is not None:
         emits.append(gang)
     return None, emits

@@ -1,7 +1,9 @@
-"""Reading a Kueue Workload: its link to a JobSet, its eviction, and what that eviction costs.
+"""Reading a Kueue Workload: the job it belongs to, its eviction, and what that costs.
 
 kueue.x-k8s.io v1beta1 and v1beta2 carry the same condition types and reasons (Kueue's
-apis/kueue/*/workload_types.go), so one reading serves both. Pure functions, no I/O.
+apis/kueue/*/workload_types.go), so one reading serves both; v1beta2 adds
+`status.schedulingStats.evictions` (counts by reason and underlying cause). Pure
+functions, no I/O.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from datetime import datetime
 
 import msgspec
 
+from app.core import workload as w
+from app.core.rules import Rules
 from app.model.k8s import Condition, Workload
 from app.model.records import Retry
 
@@ -17,6 +21,12 @@ from app.model.records import Retry
 EVICTED = "Evicted"
 PREEMPTED = "Preempted"
 ADMITTED = "Admitted"
+QUOTA_RESERVED = "QuotaReserved"
+FINISHED = "Finished"
+# SPEC R15.1: an elastic job's slice replaced by a newer Workload is finished with this
+# reason (kueue pkg/workloadslicing/workloadslicing.go IsReplaced; the newer one carries
+# the annotation kueue.x-k8s.io/workload-slice-replacement-for).
+SLICE_REPLACED = "WorkloadSliceReplaced"
 
 # Evicted reasons faultline treats specially; every other one ends the attempt as a system
 # retry (R9.5): PodsReadyTimeout, AdmissionCheck, ClusterQueueStopped, LocalQueueStopped,
@@ -28,8 +38,16 @@ MAX_EXECUTION_TIME = "DeactivatedDueToMaximumExecutionTimeExceeded"
 # R9.4, R9.5: the task's own doing, so the ending spends one of its retries.
 USER_CAUSED = frozenset({PREEMPTION, MAX_EXECUTION_TIME})
 
-JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"  # kueue pkg/controller/constants/constants.go JobUIDLabel
 JOBSET_KIND = "JobSet"
+
+# The jobs whose Workloads faultline follows (Kueue's integrations of the same names,
+# pkg/controller/jobs/*): a Workload's controller ownerReference is its job. A TrainJob's
+# Workload is the TrainJob's; the gang stage reads it beside the TrainJob's JobSet.
+GANG_OWNERS = frozenset(
+    {(w.JOBSET_GROUP, w.JOBSET), (w.TRAINER_GROUP, w.TRAINJOB), (w.BATCH_GROUP, w.JOB), (w.RAY_GROUP, w.RAYJOB)}
+    | {(w.KUBEFLOW_GROUP, kind) for kind in w.KUBEFLOW_KINDS}
+)
 
 
 class Eviction(msgspec.Struct, frozen=True, gc=False):
@@ -39,6 +57,7 @@ class Eviction(msgspec.Struct, frozen=True, gc=False):
     message: str
     detail: str  # Preempted condition reason (InClusterQueue, InCohortReclamation, …)
     since: datetime | None  # lastTransitionTime: tells one eviction from the next
+    underlying: str = ""  # Kueue's underlyingCause of this eviction (schedulingStats), if it says one
 
 
 class Classified(msgspec.Struct, frozen=True, gc=False):
@@ -48,6 +67,7 @@ class Classified(msgspec.Struct, frozen=True, gc=False):
     detail: str
     message: str
     retry: Retry
+    underlying: str = ""
 
     @property
     def is_preemption(self) -> bool:
@@ -78,6 +98,67 @@ def jobset_uid_of(workload: Workload) -> str | None:
     return controller.uid if controller is not None and controller.uid else None
 
 
+def job_uid_of(workload: Workload, rules: Rules) -> str | None:
+    """R9.1, R15.1: the uid of the job a Workload belongs to: the `job-uid` label, else its
+    controller ownerReference; only for the kinds faultline follows (`GANG_OWNERS`), and
+    a batch Job's only when its pods ask for a GPU (R13.2: the others are no attempts; a
+    CronJob's Jobs under Kueue must not keep gang state). Without `workload_identity`, a
+    JobSet's only (R9)."""
+    if not rules.workload_identity:
+        return jobset_uid_of(workload)
+    controller = next((o for o in workload.metadata.owner_references if o.controller), None)
+    if controller is not None:
+        owner = (w.group_of(controller.api_version), controller.kind)
+        if owner not in GANG_OWNERS:
+            return None
+        if owner == (w.BATCH_GROUP, w.JOB) and not any(w.requests_gpu(s.template.spec, rules) for s in workload.spec.pod_sets):
+            return None
+    labelled = workload.metadata.labels.get(JOB_UID_LABEL, "")
+    if labelled:
+        return labelled
+    return controller.uid if controller is not None and controller.uid else None
+
+
+def is_replaced(workload: Workload) -> bool:
+    """R15.1: a slice replaced by a newer Workload: neither an eviction nor an end."""
+    finished = find_condition(workload.status.conditions, FINISHED)
+    return finished is not None and finished.status == "True" and finished.reason == SLICE_REPLACED
+
+
+def admitted_at(workload: Workload) -> datetime | None:
+    """When Kueue admitted it, by Kueue's clock: `Admitted` True, else `QuotaReserved` True
+    (its lastTransitionTime); None when neither holds."""
+    for type_ in (ADMITTED, QUOTA_RESERVED):
+        found = find_condition(workload.status.conditions, type_)
+        if found is not None and found.status == "True":
+            return found.last_transition_time
+    return None
+
+
+EvictionCounts = tuple[tuple[str, str, int], ...]  # (reason, underlying cause, count)
+COUNTS_KEPT = 32  # the API allows 256 (MaxItems); a Workload is written by Kueue
+
+
+def eviction_counts(workload: Workload) -> EvictionCounts:
+    """v1beta2 `status.schedulingStats.evictions`, (reason, cause, count), in order."""
+    stats = workload.status.scheduling_stats
+    if stats is None:
+        return ()
+    return tuple(sorted((e.reason, e.underlying_cause, e.count) for e in stats.evictions[:COUNTS_KEPT]))
+
+
+def underlying_cause(reason: str, now: EvictionCounts, before: EvictionCounts) -> str:
+    """Kueue's underlyingCause of an eviction for `reason`, from the counts as they stood
+    when it was seen and just before: the one cause of that reason, or the one whose count
+    grew; "" when Kueue counts none (v1beta1) or the counts do not tell which."""
+    causes = [(cause, count) for r, cause, count in now if r == reason]
+    if len(causes) == 1:
+        return causes[0][0]
+    earlier = {(r, cause): count for r, cause, count in before}
+    grew = [cause for cause, count in causes if count > earlier.get((reason, cause), 0)]
+    return grew[0] if len(grew) == 1 else ""
+
+
 def eviction_of(workload: Workload) -> Eviction | None:
     conditions = workload.status.conditions
     evicted = find_condition(conditions, EVICTED)
@@ -106,14 +187,17 @@ def classify_eviction(eviction: Eviction | None, active: bool) -> Classified | N
         return None
     retry: Retry = "user" if eviction.reason in USER_CAUSED else "system"
     detail = eviction.detail if eviction.reason == PREEMPTION else ""
-    return Classified(eviction.reason, detail, eviction.message.strip(), retry)
+    return Classified(eviction.reason, detail, eviction.message.strip(), retry, eviction.underlying)
 
 
 def summary(evicted: Classified | None) -> str:
-    """R9.6b: `gang evicted by kueue (<reason>[, <detail>])[: <message>]`."""
+    """R9.6b: `gang evicted by kueue (<reason>[, <detail>])[: <message>]`; R15.2: with
+    Kueue's underlying cause, where it gives one, after the reason."""
     if evicted is None:
         return "gang evicted by kueue"
     cause = f"{evicted.reason}, {evicted.detail}" if evicted.detail else evicted.reason
+    if evicted.underlying:
+        cause = f"{cause}; underlying cause {evicted.underlying}"
     text = f"gang evicted by kueue ({cause})"
     return f"{text}: {evicted.message}" if evicted.message else text
 
@@ -126,5 +210,5 @@ def ending_reason(evicted: Classified | None) -> str:
 
 
 def waiting_reason(evicted: Classified) -> str:
-    """R9.4, policy on."""
+    """R9.4, policy on; R15.2, any eviction of a workload attempt (Kueue requeues it)."""
     return f"{summary(evicted)}; waiting for re-admission"

@@ -54,7 +54,7 @@ from app.model.facts import (
     Progress,
 )
 from app.model.fleet_records import DERIVED_TOPICS
-from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, FAULTS, GANG_TRANSITIONS
+from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, FAULTS, GANG_TRANSITIONS, STUCK_READMISSIONS
 
 StageRecord = TypedEnvelope | AttemptFact | GangInput | FleetInput
 # (state or None, state key, record, rules, the stage's watermarks) -> (new state or None, records to write)
@@ -114,7 +114,7 @@ ATTEMPTS_STAGE = Stage(
 GANGS_STAGE = Stage(
     name="gangs",
     inputs=(Input(GANG_INPUTS, _as_is, fold_gang),),
-    outputs=(GANG_TRANSITIONS, FLEET_INPUTS),
+    outputs=(GANG_TRANSITIONS, STUCK_READMISSIONS, FLEET_INPUTS),
     state=GangStateData,
     expired=gang_expired,
     waits_until=gang_waits_until,
@@ -134,7 +134,7 @@ STAGES: tuple[Stage, ...] = (PODS_STAGE, JOBS_STAGE, ATTEMPTS_STAGE, GANGS_STAGE
 # Every topic a stage reads has exactly one reader.
 STAGE_OF: dict[str, Stage] = {i.topic: stage for stage in STAGES for i in stage.inputs}
 INPUT_OF: dict[str, Input] = {i.topic: i for stage in STAGES for i in stage.inputs}
-OUTPUT_TOPICS: tuple[str, ...] = (FAULTS, CLASSIFIED_FAILURES, GANG_TRANSITIONS, DEAD_LETTER, *DERIVED_TOPICS)
+OUTPUT_TOPICS: tuple[str, ...] = (FAULTS, CLASSIFIED_FAILURES, GANG_TRANSITIONS, STUCK_READMISSIONS, DEAD_LETTER, *DERIVED_TOPICS)
 
 
 def decode_record(topic: str, value: bytes) -> StageRecord:

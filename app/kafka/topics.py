@@ -21,7 +21,7 @@ from kafka.errors import KafkaError, TopicAlreadyExistsError
 from app.model.envelope import SOURCE_TOPICS
 from app.model.facts import ATTEMPT_FACTS, FLEET_INPUTS, GANG_INPUTS
 from app.model.fleet_records import DERIVED_TOPICS, GANG_QUEUES, QUARANTINE_CANDIDATES
-from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, FAULTS, GANG_TRANSITIONS
+from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, FAULTS, GANG_TRANSITIONS, STUCK_READMISSIONS
 from app.core.topology import STAGES
 from app.kafka import clients
 from app.kafka.config import KafkaUnreachable
@@ -65,6 +65,8 @@ TOPICS: tuple[TopicSpec, ...] = (
     # The latest verdict per attempt key supersedes the earlier ones (DESIGN.md, R7.2).
     TopicSpec(CLASSIFIED_FAILURES, "output", {"cleanup.policy": "compact"}),
     TopicSpec(GANG_TRANSITIONS, "output"),
+    # A gang stuck waiting for readmission now: its latest record is current (SPEC R15.4).
+    TopicSpec(STUCK_READMISSIONS, "output", {"cleanup.policy": "compact"}),
     TopicSpec(DEAD_LETTER, "output"),
     TopicSpec(ATTEMPT_FACTS, "internal"),
     TopicSpec(GANG_INPUTS, "internal"),

@@ -201,12 +201,22 @@ class JobStatus(_View):
     job_deployment_status: str = ""
     reason: str = ""
     message: str = ""
+    # batch/v1 Job: pods ready and pods succeeded (SPEC R15.2: started)
+    ready: int | None = None
+    succeeded: int = 0
+
+
+class RunPolicy(_View):
+    """Kubeflow training-operator v1 (common_types.go RunPolicy): Kueue suspends a job here."""
+
+    suspend: bool | None = None
 
 
 class JobSpec(_View):
     """Union of the spec fields the rules read across the tracked kinds."""
 
-    suspend: bool | None = None
+    suspend: bool | None = None  # JobSet, TrainJob, RayJob, batch/v1 Job
+    run_policy: RunPolicy | None = None  # PyTorchJob, MPIJob, TFJob (SPEC R15)
     template: PodTemplateSpec | None = None  # batch/v1 Job: the pod template (R13.2: a GPU?)
     cluster_selector: dict[str, str] = {}  # RayJob: runs on an existing RayCluster (R13.4)
 
@@ -222,12 +232,36 @@ class Job(_View):
 # --- Kueue Workload (kueue.x-k8s.io v1beta1 / v1beta2) ------------------------------
 
 
+class PodSet(_View):
+    template: PodTemplateSpec = PodTemplateSpec()
+
+
 class WorkloadSpec(_View):
     active: bool = True
+    pod_sets: list[PodSet] = []  # the job's pods, as Kueue admits them (does it ask for a GPU?)
+
+
+class SchedulingStatsEviction(_View):
+    """kueue.x-k8s.io/v1beta2 WorkloadSchedulingStatsEviction: evictions counted by reason
+    and underlying cause (apis/kueue/v1beta2/workload_types.go)."""
+
+    reason: str = ""
+    underlying_cause: str = ""
+    count: int = 0
+
+
+class SchedulingStats(_View):
+    evictions: list[SchedulingStatsEviction] = []
+
+
+class RequeueState(_View):
+    count: int | None = None
 
 
 class WorkloadStatus(_View):
     conditions: list[Condition] = []
+    scheduling_stats: SchedulingStats | None = None  # v1beta2 (Kueue 0.13+)
+    requeue_state: RequeueState | None = None
 
 
 class Workload(_View):

@@ -24,8 +24,9 @@ Identity = Literal["labels", "workload"]
 FAULTS = "faultline.faults"
 CLASSIFIED_FAILURES = "faultline.classified-failures"
 GANG_TRANSITIONS = "faultline.gang-transitions"
+STUCK_READMISSIONS = "faultline.stuck-readmissions"
 DEAD_LETTER = "faultline.dead-letter"
-OUTPUT_TOPICS = (FAULTS, CLASSIFIED_FAILURES, GANG_TRANSITIONS, DEAD_LETTER)
+OUTPUT_TOPICS = (FAULTS, CLASSIFIED_FAILURES, GANG_TRANSITIONS, STUCK_READMISSIONS, DEAD_LETTER)
 
 
 class _Record(msgspec.Struct, frozen=True):
@@ -134,7 +135,8 @@ class DeadLetter(_Record, tag="faultline.DeadLetter/v1", tag_field="schema"):
     truncated: bool = False  # `value` is a prefix of the record's value
 
 
-GangState = Literal["Pending", "Running", "WaitingForReadmission", "Ended", "Completed"]
+# SPEC R15.5: `Suspended`: a workload attempt held by its user or a controller, not by Kueue.
+GangState = Literal["Pending", "Running", "WaitingForReadmission", "Suspended", "Ended", "Completed"]
 Retry = Literal["user", "system"]
 # SPEC R9.4: a gang that waits to be admitted again; R9.4-R9.7: the code of an eviction's ending.
 WAITING_FOR_READMISSION: GangState = "WaitingForReadmission"
@@ -145,25 +147,29 @@ class EvictionCause(_Record):
     """Why Kueue stopped a gang, as data (SPEC R9.4-R9.8): the Workload's `Evicted`
     reason (`Preempted`, `PodsReadyTimeout`, `Deactivated`, …; "" when no eviction was
     recorded, R9.6/R9.7), the `Preempted` condition's reason (`InClusterQueue`, …) and
-    Kueue's message. `reason` is the transition's text; read this, never that."""
+    Kueue's message, and Kueue's underlying cause where it counts one (SPEC R15.2,
+    `status.schedulingStats.evictions` of a v1beta2 Workload; "" otherwise). `reason` is
+    the transition's text; read this, never that."""
 
     reason: str
     detail: str
     message: str
+    underlying_cause: str = ""
 
 
 class GangTransition(_Record, tag="faultline.GangTransition/v2", tag_field="schema"):
-    """`faultline.gang-transitions`: one state change of a JobSet under Kueue (SPEC R9.11,
+    """`faultline.gang-transitions`: one state change of a job under Kueue (SPEC R9.11,
     R15.6). v2 = v1 plus `identity` and `tracked`: under `labels` the key is
     `<cluster>/<namespace>/<JobSet name>` as in v1; under `workload` it is the workload
     attempt key (R13.3) and `tracked` names the attempt's object (a TrainJob for its
-    JobSet, else the JobSet)."""
+    JobSet, a JobSet, a batch Job, a RayJob, a Kubeflow job). `jobset` names the JobSet
+    (null for the kinds that have none); `to` may also be `Suspended` (R15.5)."""
 
     key: str
     cluster: str
     namespace: str
     identity: Identity
-    jobset: PodRef
+    jobset: PodRef | None
     workload: PodRef | None
     run: str | None
     action: str | None
@@ -181,5 +187,27 @@ class GangTransition(_Record, tag="faultline.GangTransition/v2", tag_field="sche
     rules_version: str
 
 
+class StuckReadmission(_Record, tag="faultline.StuckReadmission/v1", tag_field="schema"):
+    """`faultline.stuck-readmissions` (SPEC R15.4): a workload attempt waiting for Kueue to
+    readmit it for longer than `max_readmission_wait` of stream time, reported once when
+    the wait passes it (`stuck` true) and once more when the wait ends (`stuck` false: it
+    was readmitted, or it ended). Keyed like its gang transitions."""
+
+    key: str
+    cluster: str
+    namespace: str
+    identity: Identity
+    tracked: ObjectRef
+    workload: PodRef | None
+    queue: str | None  # its kueue.x-k8s.io/queue-name label (its LocalQueue)
+    stuck: bool
+    since: Timestamp  # the wait began
+    at: Timestamp  # when this was known (stream time)
+    waited_seconds: float  # `at` - `since`
+    cause: EvictionCause | None  # the eviction it waits after
+    reason: str  # the wait's transition text
+    rules_version: str
+
+
 # Any record on the output topics, told apart by its `schema` tag.
-OutputRecord = Fault | ClassifiedFailure | GangTransition | DeadLetter
+OutputRecord = Fault | ClassifiedFailure | GangTransition | StuckReadmission | DeadLetter

@@ -12,7 +12,23 @@ import msgspec
 from app.model import fleet_records as fleet_v2
 from app.model import records as v2
 from app.model.k8s import Timestamp
-from app.model.records import EvictionCause, ErrorKind, FaultKind, GangState, NamespacedRef, ObjectRef, PodRef, Retry, Severity
+from typing import Literal
+
+from app.model.records import ErrorKind, FaultKind, NamespacedRef, ObjectRef, PodRef, Retry, Severity
+
+# v1's states and eviction cause, as they were (v2 added `Suspended` and Kueue's underlying cause).
+GangState = Literal["Pending", "Running", "WaitingForReadmission", "Ended", "Completed"]
+
+
+class EvictionCause(v2._Record):
+    """Why Kueue stopped a gang, as data (SPEC R9.4-R9.8): the Workload's `Evicted`
+    reason (`Preempted`, `PodsReadyTimeout`, `Deactivated`, …; "" when no eviction was
+    recorded, R9.6/R9.7), the `Preempted` condition's reason (`InClusterQueue`, …) and
+    Kueue's message. `reason` is the transition's text; read this, never that."""
+
+    reason: str
+    detail: str
+    message: str
 
 
 # v1's GpuFault, before device health (R14.2) and NVIDIA's actions (R14.3); its docstring
@@ -165,6 +181,8 @@ def upgraded(record: object) -> object:
     if isinstance(record, GangTransition):
         fields = msgspec.structs.asdict(record)
         tracked = ObjectRef(kind="JobSet", name=record.jobset.name, uid=record.jobset.uid)
+        cause = record.cause
+        fields["cause"] = v2.EvictionCause(cause.reason, cause.detail, cause.message) if cause is not None else None
         return v2.GangTransition(identity="labels", tracked=tracked, **fields)
     if isinstance(record, Fault):
         return v2.Fault(**{**msgspec.structs.asdict(record), "fault": _gpu_fault(record.fault)})

@@ -504,3 +504,118 @@ class GangWorld:
             }
             self.records.append({"topic": topic, "key": kind, "value": value})
         return self
+
+
+# --- SPEC R15: the other jobs Kueue suspends ---------------------------------------------
+
+TRAINJOB_NAME = "llama-ft"
+TRAINJOB_UID = "9e1f2a3b-4c5d-4e6f-8a7b-1c2d3e4f5a6b"
+JOB_NAME = "bench-sweep-7"
+JOB_UID = "2b3c4d5e-6f7a-4b8c-9d0e-1f2a3b4c5d6e"
+
+
+def trainjob_world(**kw: Any) -> GangWorld:
+    """A Kubeflow Trainer v2 TrainJob under Kueue, as its JobSet and its Workload show it:
+    Trainer names the JobSet after the TrainJob and makes the TrainJob its controller
+    (kubeflow/trainer pkg/runtime/framework/plugins/jobset/jobset.go Build); Kueue's
+    TrainJob integration owns the Workload by the TrainJob and labels it with its uid."""
+    world = GangWorld(labels={}, workload_name=f"trainjob-{TRAINJOB_NAME}-5c2e1", **kw)
+    meta = world.js["metadata"]
+    meta["name"] = TRAINJOB_NAME
+    meta["ownerReferences"] = [
+        {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": TRAINJOB_NAME, "uid": TRAINJOB_UID, "controller": True, "blockOwnerDeletion": True}
+    ]
+    wl = world.wl["metadata"]
+    wl["labels"] = {"kueue.x-k8s.io/job-uid": TRAINJOB_UID}
+    wl["annotations"] = {"kueue.x-k8s.io/job-owner-gvk": "trainer.kubeflow.org/v1alpha1, Kind=TrainJob", "kueue.x-k8s.io/job-owner-name": TRAINJOB_NAME}
+    wl["ownerReferences"] = [
+        {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": TRAINJOB_NAME, "uid": TRAINJOB_UID, "controller": True, "blockOwnerDeletion": True}
+    ]
+    return world
+
+
+class JobWorld(GangWorld):
+    """An indexed batch/v1 Job of GPU pods under Kueue (its `batch/job` integration): Kueue
+    suspends it at creation and readmits it by unsuspending; the Job controller reports
+    active, ready and succeeded pods and its Complete or Failed condition
+    (kubernetes/api batch/v1/types.go)."""
+
+    def __init__(self, *, gpus: int = 8, **kw: Any) -> None:
+        super().__init__(labels={}, workload_name=f"job-{JOB_NAME}-7a1b0", **kw)
+        resources = {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
+        self.js = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {
+                "name": JOB_NAME,
+                "namespace": NAMESPACE,
+                "uid": JOB_UID,
+                "resourceVersion": "104211",
+                "generation": 1,
+                "creationTimestamp": k8s_time(self.now),
+                "labels": {"kueue.x-k8s.io/queue-name": "team-a"},
+            },
+            "spec": {
+                "suspend": True,
+                "parallelism": self.workers,
+                "completions": self.workers,
+                "completionMode": "Indexed",
+                "backoffLimit": 0,
+                "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "ghcr.io/acme/sweep:1", "resources": resources}]}},
+            },
+            "status": {},
+        }
+        meta = self.wl["metadata"]
+        meta["labels"] = {"kueue.x-k8s.io/job-uid": JOB_UID}
+        meta["annotations"] = {"kueue.x-k8s.io/job-owner-gvk": "batch/v1, Kind=Job", "kueue.x-k8s.io/job-owner-name": JOB_NAME}
+        meta["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": JOB_NAME, "uid": JOB_UID, "controller": True, "blockOwnerDeletion": True}]
+        for pod_set in self.wl["spec"]["podSets"]:
+            pod_set["template"]["spec"]["containers"][0]["resources"] = {"requests": resources.get("limits", {})}
+
+    def _pods(self, *, active: int = 0, ready: int = 0, succeeded: int = 0) -> None:
+        self.js["status"].update(active=active, ready=ready, succeeded=succeeded)
+
+    def create_jobset(self) -> GangWorld:
+        self._jobset("ADDED")
+        self._js_condition("Suspended", "True", "JobSuspended", "Job suspended")
+        return self._jobset()
+
+    def unsuspend(self) -> GangWorld:
+        self._set_spec(self.js, "suspend", False)
+        self._js_condition("Suspended", "False", "JobResumed", "Job resumed")
+        self._pods(active=self.workers)
+        return self._jobset()
+
+    def workers_ready(self) -> GangWorld:
+        self._pods(active=self.workers, ready=self.workers)
+        return self._jobset()
+
+    def suspend(self, *, status_update: bool = True) -> GangWorld:
+        self._set_spec(self.js, "suspend", True)
+        self._jobset()
+        if status_update:
+            self._js_condition("Suspended", "True", "JobSuspended", "Job suspended")
+            self._pods(active=self.workers)
+            self._jobset()
+        return self
+
+    def jobs_stopped(self) -> GangWorld:
+        self._pods()
+        return self._jobset()
+
+    def complete(self) -> GangWorld:
+        self._js_condition("Complete", "True", "CompletionsReached", "Reached expected number of succeeded pods")
+        self._pods(succeeded=self.workers)
+        return self._jobset()
+
+    def fail(self) -> GangWorld:
+        self._js_condition("Failed", "True", "BackoffLimitExceeded", "Job has reached the specified backoff limit")
+        self._pods()
+        return self._jobset()
+
+
+def with_eviction_counts(world: GangWorld, *counts: tuple[str, str, int]) -> GangWorld:
+    """Kueue v1beta2's `status.schedulingStats.evictions` as it stands now (by reason and
+    underlying cause), written with the Workload's next change."""
+    world.wl["status"]["schedulingStats"] = {"evictions": [{"reason": r, "underlyingCause": c, "count": n} for r, c, n in counts]}
+    return world

@@ -20,6 +20,7 @@ from app.model.records import GANG_TRANSITIONS, EvictionCause, GangTransition
 from tests.unit.drivers import new_pipeline
 from tests.unit.gang_builders import (
     CLUSTER,
+    JobWorld,
     JOBSET_NAME,
     JOBSET_UID,
     NAMESPACE,
@@ -69,7 +70,7 @@ def test_r9_1_workload_is_linked_by_job_uid_label_and_keyed_by_cluster() -> None
     wl = to_input(GangWorld().create_workload().records[0]).workload
     js = to_input(GangWorld().create_jobset().records[0]).jobset
     assert wl is not None and js is not None
-    assert gang_key(CLUSTER, wl) == gang_key(CLUSTER, js) == f"{CLUSTER}/{JOBSET_UID}"
+    assert gang_key(CLUSTER, wl, DEFAULT_RULES) == gang_key(CLUSTER, js, DEFAULT_RULES) == f"{CLUSTER}/{JOBSET_UID}"
 
 
 def test_r9_1_workload_without_label_is_linked_by_controller_owner_reference() -> None:
@@ -78,12 +79,16 @@ def test_r9_1_workload_without_label_is_linked_by_controller_owner_reference() -
 
 
 def test_r9_1_workload_of_another_kind_or_a_non_jobset_job_has_no_gang() -> None:
+    """Under the orchestrator's labels only a JobSet has a gang (R9); R15 follows the other
+    kinds of workload attempts (tests/unit/test_r15_requeue.py)."""
+    r9 = Rules(workload_identity=False)
     batch = workload(owned=False)
     batch["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": JOBSET_UID, "controller": True}]
-    raycluster = {**jobset(), "kind": "RayJob", "apiVersion": "ray.io/v1"}
-    assert gang_key(CLUSTER, msgspec.convert(batch, Workload)) is None
-    assert gang_key(CLUSTER, msgspec.convert(raycluster, Job)) is None
-    assert gang_key(CLUSTER, msgspec.convert(workload(labelled=False, owned=False), Workload)) is None
+    raycluster = {**jobset(), "kind": "RayJob", "apiVersion": "ray.io/v1"}  # the orchestrator's labels
+    assert gang_key(CLUSTER, msgspec.json.decode(msgspec.json.encode(batch), type=Workload), r9) is None
+    assert gang_key(CLUSTER, msgspec.convert(raycluster, Job), r9) is None
+    assert gang_key(CLUSTER, msgspec.convert(raycluster, Job), DEFAULT_RULES) is None
+    assert gang_key(CLUSTER, msgspec.json.decode(msgspec.json.encode(workload(labelled=False, owned=False)), type=Workload), DEFAULT_RULES) is None
 
 
 def test_r9_1_workload_seen_before_its_jobset_is_held() -> None:
@@ -353,6 +358,21 @@ def test_r9_8_inactive_before_kueue_records_the_eviction_is_checked_first() -> N
 # --- R9.9 readmission ----------------------------------------------------------------
 
 
+def _time(text: str):  # type: ignore[no-untyped-def]
+    from datetime import datetime
+
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def _evicted_at(world: GangWorld) -> str:
+    """The lastTransitionTime of the Workload's first Evicted=True, as its records showed it."""
+    for line in world.workload_records():
+        for c in line["value"]["object"]["status"].get("conditions", []):
+            if c["type"] == "Evicted" and c["status"] == "True":
+                return c["lastTransitionTime"]
+    raise AssertionError("no eviction recorded")
+
+
 def test_r9_9_readmission_returns_to_running_with_the_wait_time_then_completes_s68() -> None:
     world = GangWorld(policy="true").start().preempt().suspend().release_quota().pause(600)
     world.readmit().unsuspend().workers_ready().complete().finish()
@@ -365,7 +385,9 @@ def test_r9_9_readmission_returns_to_running_with_the_wait_time_then_completes_s
     ]
     waiting, readmitted = got[1], got[2]
     assert readmitted.reason == "re-admitted by kueue; running"
-    assert readmitted.waited_seconds == (readmitted.at - waiting.at).total_seconds() > 600
+    # The wait is Kueue's: from the Workload's Evicted condition to its Admitted one (issue 29).
+    conditions = {c["type"]: c["lastTransitionTime"] for c in world.wl["status"]["conditions"]}
+    assert readmitted.waited_seconds == (_time(conditions["Admitted"]) - _time(_evicted_at(world))).total_seconds() > 600
     assert readmitted.attempt == waiting.attempt == "1"  # same attempt
 
 
@@ -425,7 +447,7 @@ def test_r9_11_transition_record_fields() -> None:
         "to": "WaitingForReadmission",
         "code": None,
         "retry": None,
-        "cause": {"reason": "Preempted", "detail": "InClusterQueue", "message": PREEMPTION_TEXT},
+        "cause": {"reason": "Preempted", "detail": "InClusterQueue", "message": PREEMPTION_TEXT, "underlying_cause": ""},
         "reason": f"gang evicted by kueue (Preempted, InClusterQueue): {PREEMPTION_TEXT}; waiting for re-admission",
         "at": suspended_at,  # the JobSet seen suspended, after the Workload seen evicted
         "waited_seconds": None,
@@ -457,7 +479,7 @@ def test_r9_11_identical_recomputation_emits_nothing() -> None:
     world = GangWorld(policy="true").start().preempt().suspend().release_quota()
     state, _ = feed(world.records, DEFAULT_RULES)
     for line in world.records[-3:]:
-        state, emitted = fold_gang(state, "", to_input(line), DEFAULT_RULES, NO_PROGRESS)
+        state, emitted = fold_gang(state, f"{CLUSTER}/{JOBSET_UID}", to_input(line), DEFAULT_RULES, NO_PROGRESS)
         assert emitted == []
 
 
@@ -469,7 +491,7 @@ def test_r9_11_an_ending_is_final() -> None:
 
 def test_gang_input_needs_exactly_one_object() -> None:
     js = msgspec.convert(jobset(), Job)
-    wl = msgspec.convert(workload(), Workload)
+    wl = msgspec.json.decode(msgspec.json.encode(workload()), type=Workload)
     at = to_input(GangWorld().create_jobset().records[0]).observed_at
     with pytest.raises(ValueError, match="exactly one of jobset or workload"):
         GangInput(change="ADDED", observed_at=at, cluster=CLUSTER, jobset=js, workload=wl)
@@ -508,11 +530,18 @@ EVICTIONS = [
 
 @st.composite
 def scenarios(draw: st.DrawFn) -> GangWorld:
-    """A JobSet and its Workload, written in the order the controllers write them."""
+    """A job and its Workload, written in the order the controllers write them: a JobSet
+    under an orchestrator's labels (R9), or a workload attempt (R15): a bare JobSet, a
+    batch Job."""
     policy = draw(st.sampled_from(["true", "true", "false", None, "maybe"]))
     # Steps between writes from 1 s to past the watch skew: evictions recorded in time and too late.
     step = timedelta(seconds=draw(st.sampled_from([1, 1, 4, 11])))
-    world = GangWorld(policy=policy, api_version=draw(st.sampled_from([V1BETA1, "kueue.x-k8s.io/v1beta2"])), step=step)
+    api_version = draw(st.sampled_from([V1BETA1, "kueue.x-k8s.io/v1beta2"]))
+    kind = draw(st.sampled_from(["labels", "labels", "jobset", "job"]))
+    if kind == "job":
+        world: GangWorld = JobWorld(policy=policy, api_version=api_version, step=step)
+    else:
+        world = GangWorld(policy=policy, api_version=api_version, step=step, labels=None if kind == "labels" else {})
     world.start()
     for _ in range(draw(st.integers(0, 3))):
         reason = draw(st.sampled_from(EVICTIONS))
