@@ -30,7 +30,7 @@ from app.model.fleet_records import (
     QuarantineCandidate,
 )
 from app.model import records_v1
-from app.model.records import ClassifiedFailure, DeadLetter, ErrorKind, GpuFault, Identity
+from app.model.records import ClassifiedFailure, DeadLetter, ErrorKind, GpuFault, Identity, StuckReadmission
 
 QUARANTINE_LOG = 50  # quarantine records kept for the page
 
@@ -69,6 +69,7 @@ class FleetState(msgspec.Struct):
     failures: dict[str, FailureRate] = {}
     waits: dict[str, PreemptionWait] = {}
     queues: dict[str, GangQueue] = {}
+    stuck: dict[str, StuckReadmission] = {}  # waits past max_readmission_wait now (SPEC R15.4)
     recent: list[VerdictRow] = []  # newest first, one per attempt key
     dead_letters: int = 0
 
@@ -92,6 +93,11 @@ def read(state: FleetState, emit: Emit, settings: FleetSettings = DEFAULT_FLEET)
         _keep(state, state.waits, emit.key, value, value.hour, settings)
     elif isinstance(value, GangQueue):
         state.queues[emit.key] = value
+    elif isinstance(value, StuckReadmission):
+        if value.stuck:
+            state.stuck[emit.key] = value
+        else:
+            state.stuck.pop(emit.key, None)
     elif isinstance(value, QuarantineCandidate):
         state.candidates[emit.key] = value
         if not state.quarantine_log or state.quarantine_log[0] != value:

@@ -95,6 +95,18 @@ class QueueRow(msgspec.Struct, frozen=True):
     wait_seconds_max: float | None
 
 
+class StuckRow(msgspec.Struct, frozen=True):
+    """A workload attempt waiting for readmission past `max_readmission_wait` (SPEC R15.4)."""
+
+    attempt: str  # as people see it
+    key: str
+    cluster: str
+    queue: str
+    since: datetime
+    waited_seconds: float
+    reason: str  # the eviction it waits after (its transition's text)
+
+
 class Totals(msgspec.Struct, frozen=True):
     faults: int
     occurrences: int
@@ -125,6 +137,7 @@ class FleetSummary(msgspec.Struct, frozen=True):
     failures: list[FailureRow]
     queues: list[QueueRow]
     recent: list[VerdictRow]
+    stuck: list[StuckRow] = []
 
 
 def _is_candidate(state: FleetState, scope: Scope, cluster: str, node: str, gpu: str) -> bool:
@@ -322,5 +335,23 @@ def fleet_summary(state: FleetState, settings: FleetSettings = DEFAULT_FLEET, to
         failures=failures[:top],
         queues=queue_rows(state),
         recent=state.recent[:top],
+        stuck=stuck_rows(state),
     )
+
+
+def stuck_rows(state: FleetState) -> list[StuckRow]:
+    """Which gangs wait past the limit, since when, in which queue, why; the longest first."""
+    rows = [
+        StuckRow(
+            attempt=f"{r.cluster}/{r.namespace}/{r.tracked.kind}/{r.tracked.name}" if r.identity == "workload" else r.key,
+            key=r.key,
+            cluster=r.cluster,
+            queue=f"{r.namespace}/{r.queue}" if r.queue else r.namespace,
+            since=r.since,
+            waited_seconds=r.waited_seconds,
+            reason=r.reason,
+        )
+        for r in state.stuck.values()
+    ]
+    return sorted(rows, key=lambda r: (r.since, r.key))
 

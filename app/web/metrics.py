@@ -43,6 +43,7 @@ METRICS = (
     "faultline_evictions_total",
     "faultline_readmission_wait_seconds",
     "faultline_gangs_waiting",
+    "faultline_stuck_readmissions",
     "faultline_stream_time_seconds",
     "faultline_watermark_lag_seconds",
 )
@@ -94,6 +95,13 @@ def render_metrics(view: FleetView, now: float | None = None, *, fleet: bool = T
     _family(lines, "faultline_readmission_wait_seconds", "summary", "", [(lab, q.readmissions) for lab, q in labels], "_count")
     _family(lines, "faultline_gangs_waiting", "gauge", "Gangs waiting for readmission now, by queue.",
             [(lab, q.waiting) for lab, q in labels])
+    stuck: dict[tuple[str, str], int] = {}
+    for r in state.stuck.values():
+        queue = f"{r.namespace}/{r.queue}" if r.queue else r.namespace
+        stuck[(r.cluster, queue)] = stuck.get((r.cluster, queue), 0) + 1
+    _family(lines, "faultline_stuck_readmissions", "gauge",
+            "Workload attempts waiting for readmission longer than max_readmission_wait, by queue (SPEC R15.4).",
+            [({"cluster": c, "queue": q}, n) for (c, q), n in sorted(stuck.items())])
     if state.stream_time is not None:
         _family(lines, "faultline_stream_time_seconds", "gauge", "The newest time the fleet view speaks of (Unix seconds): how current it is.",
                 [({}, state.stream_time.timestamp())])

@@ -134,6 +134,7 @@ PAGE = r"""<!doctype html>
   <section class="card span12" id="queues-card" style="display:none">
     <h2>Gang preemptions and readmission waits <small>per queue</small></h2>
     <div id="queues"></div>
+    <div id="stuck"></div>
   </section>
 </main>
 
@@ -285,8 +286,15 @@ function renderFailures(rows) {
       <div class="n">${r.failures}</div></div>`).join("");
 }
 
-function renderQueues(rows) {
-  $("queues-card").style.display = rows.length ? "" : "none";
+function renderStuck(rows) {
+  $("stuck").innerHTML = rows.length ? `<h3>Waiting for readmission past the limit</h3><table><thead><tr><th>attempt</th><th>queue</th><th>since</th><th class="num">waited</th><th>why</th></tr></thead><tbody>` +
+    rows.map((r) => `<tr><td class="mono">${esc(r.attempt)}</td><td class="mono">${esc(r.cluster)}/${esc(r.queue)}</td><td>${esc(when(r.since))}</td>
+      <td class="num">${esc(duration(r.waited_seconds))}</td><td>${esc(r.reason)}</td></tr>`).join("") + `</tbody></table>` : "";
+}
+
+function renderQueues(rows, stuck) {
+  $("queues-card").style.display = rows.length || stuck.length ? "" : "none";
+  renderStuck(stuck);
   if (!rows.length) return;
   $("queues").innerHTML = `<table><thead><tr><th>queue</th><th class="num">preemptions</th><th class="num">evictions</th><th class="num">readmitted</th><th class="num">waiting now</th><th class="num">avg wait</th><th class="num">max wait</th></tr></thead><tbody>` +
     rows.map((q) => `<tr><td class="mono">${esc(q.cluster)}/${esc(q.queue)}${q.queue_source === "namespace" ? ' <span class="muted">(namespace)</span>' : ""}</td>
@@ -340,7 +348,7 @@ async function refresh() {
     renderGpus(fleet.gpus);
     renderVerdicts(verdicts);
     renderFailures(fleet.failures);
-    renderQueues(fleet.queues);
+    renderQueues(fleet.queues, fleet.stuck || []);
     $("dot").className = "dot live";
     $("status").textContent = "live · updated " + new Date().toLocaleTimeString();
     $("error").style.display = "none";

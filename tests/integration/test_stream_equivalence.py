@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from trace_gen import ATTEMPT_KINDS, OTHER_KINDS, generate, write_trace
 
-from app.model.records import CLASSIFIED_FAILURES, FAULTS, GANG_TRANSITIONS
+from app.model.records import CLASSIFIED_FAILURES, FAULTS, GANG_TRANSITIONS, STUCK_READMISSIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples" / "traces").glob("*.jsonl"))
@@ -66,12 +66,16 @@ def test_r12_three_workers_in_one_group_give_the_offline_gang_transitions_exactl
     worker holds which partition."""
     records = generate(attempts=240, seed=13)
     trace = write_trace(tmp_path / "three.jsonl", records)
-    expected = outputs.offline(trace)
+    # A short max_readmission_wait (SPEC R15.4): waits that never end are reported stuck.
+    rules = tmp_path / "short-waits.toml"
+    rules.write_text('name = "short-waits"\nmax_readmission_wait_seconds = 1800\n')
+    expected = outputs.offline(trace, rules)
     readmitted = [v for vs in expected.transitions.values() for v in vs if b'"from":"WaitingForReadmission","to":"Running"' in v]
     assert len(expected.transitions) >= 10 and readmitted, "the trace has gangs that wait and are readmitted"
+    assert expected.latest[STUCK_READMISSIONS], "the trace has waits reported stuck"
     stream_stack.publish(trace)
     for worker in ("w1", "w2", "w3"):
-        stream_stack.start_worker(worker)
+        stream_stack.start_worker(worker, extra=("--rules", str(rules)))
     stream_stack.wait_settled(timeout=240)
     streamed = outputs.streamed(stream_stack)
     # Workers joining mid-stream make the group rebalance, and a batch a worker had not

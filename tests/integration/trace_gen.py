@@ -188,7 +188,12 @@ def repeating_fault(rng: random.Random, run: str, t0: datetime) -> Records:
 # --- Kueue gangs (SPEC R9) -------------------------------------------------------------------
 
 
-def _workload(name: str, jobset_uid: str, conditions: list[dict], created: datetime, wl_uid: str, active: bool = True) -> dict:
+def _workload(
+    name: str, jobset_uid: str, conditions: list[dict], created: datetime, wl_uid: str, active: bool = True, stats: list[tuple[str, str, int]] | None = None
+) -> dict:
+    status: dict[str, Any] = {"conditions": conditions}
+    if stats:
+        status["schedulingStats"] = {"evictions": [{"reason": r, "underlyingCause": c, "count": n} for r, c, n in stats]}
     return {
         "apiVersion": "kueue.x-k8s.io/v1beta1",
         "kind": "Workload",
@@ -201,7 +206,7 @@ def _workload(name: str, jobset_uid: str, conditions: list[dict], created: datet
             "ownerReferences": [{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": name, "uid": jobset_uid, "controller": True}],
         },
         "spec": {"active": active, "queueName": "gpu-queue", "podSets": [{"name": "workers", "count": 2}]},
-        "status": {"conditions": conditions},
+        "status": status,
     }
 
 
@@ -220,26 +225,45 @@ def _evicted(at: datetime, reason: str, message: str) -> list[dict]:
     return conditions
 
 
-def _gang(rng: random.Random, run: str, t0: datetime, *, resume: bool, reason: str, readmit: bool) -> Records:
-    labels = _labels(run, "pretrain")
+def _gang(rng: random.Random, run: str, t0: datetime, *, resume: bool, reason: str, readmit: bool, labelled: bool = True) -> Records:
+    """A JobSet under Kueue: under an orchestrator's labels (R9), or a workload attempt of
+    its own (`labelled` false, R15); evicted at t0 for `reason` ("" : suspended by its
+    user, no eviction), readmitted (and completed) or not."""
+    labels = _labels(run, "pretrain") if labelled else {"kueue.x-k8s.io/queue-name": "gpu-queue"}
     name = f"{run}-pretrain"
     js = b.jobset(name, labels=labels)
     js["metadata"]["annotations"] = {"faultline.io/resume-after-preemption": "true" if resume else "false"}
     js_uid = js["metadata"]["uid"]
     wl_uid = b.uid("wl")
-    wl = lambda conditions, active=True: _workload(name, js_uid, conditions, t0 - b.minutes(60), wl_uid, active)  # noqa: E731
+    wl = lambda conditions, active=True, stats=None: _workload(name, js_uid, conditions, t0 - b.minutes(60), wl_uid, active, stats)  # noqa: E731
     suspended = b.updated(js, conditions=[b.condition("Suspended", "SuspendedJobs", "jobset suspended", t0 + b.minutes(0.1))])
     suspended["spec"]["suspend"] = True
+    running = b.updated(js, replicatedJobsStatus=[{"name": "workers", "ready": 1, "succeeded": 0, "failed": 0, "active": 1}])
     out = [
         b.record(wl([]), t0 - b.minutes(60), "ADDED"),
         b.record(js, t0 - b.minutes(59), "ADDED"),
         b.record(wl(_admitted(t0 - b.minutes(58))), t0 - b.minutes(58)),
-        b.record(wl(_evicted(t0, reason, f"Preempted to accommodate a workload (UID: {b.uid('x')}) in the ClusterQueue" if reason == "Preempted" else "Pods were not ready in time")), t0),
-        b.record(suspended, t0 + b.minutes(0.1)),
-        # Kueue updates the Workload again once the JobSet stopped (quota released).
-        b.record(wl(_evicted(t0, reason, "released") + [b.condition("Requeued", "Requeued", "", t0 + b.minutes(0.5))]), t0 + b.minutes(0.5)),
     ]
-    if readmit:
+    if not labelled:  # its workers reported ready (R15.2: started)
+        out.append(b.record(running, t0 - b.minutes(50)))
+    if reason:
+        message = f"Preempted to accommodate a workload (UID: {b.uid('x')}) in the ClusterQueue" if reason == "Preempted" else "Pods were not ready in time"
+        evicted = _evicted(t0, reason, message)
+        if reason == "NodeFailures":  # Kueue v1beta2's count of it, with its underlying cause
+            out.append(b.record(wl(evicted, stats=[("NodeFailures", "NodeUnreachable", 1)]), t0))
+        else:
+            out.append(b.record(wl(evicted), t0))
+    out.append(b.record(suspended, t0 + b.minutes(0.1)))
+    if reason:
+        # Kueue updates the Workload again once the JobSet stopped (quota released).
+        out.append(b.record(wl(_evicted(t0, reason, "released") + [b.condition("Requeued", "Requeued", "", t0 + b.minutes(0.5))]), t0 + b.minutes(0.5)))
+    if readmit and not reason:  # its user resumes it
+        back = t0 + b.minutes(rng.randint(5, 40))
+        resumed = b.updated(running, conditions=[b.condition("Suspended", "ResumeJobs", "jobset resumed", back, status="False")])
+        out.append(b.record(resumed, back))
+        done = b.updated(js, conditions=[b.condition("Completed", "AllJobsCompleted", "jobset completed successfully", back + b.minutes(30))])
+        out.append(b.record(done, back + b.minutes(30)))
+    elif readmit:
         back = t0 + b.minutes(rng.randint(5, 40))
         readmitted = _admitted(back) + [b.condition("Evicted", "QuotaReserved", "Previously: Preempted", back, status="False")]
         out.append(b.record(wl(readmitted), back))
@@ -260,6 +284,24 @@ def gang_preempted_ends(rng: random.Random, run: str, t0: datetime) -> Records:
 
 def gang_pods_ready_timeout(rng: random.Random, run: str, t0: datetime) -> Records:
     return _gang(rng, run, t0, resume=True, reason="PodsReadyTimeout", readmit=False)
+
+
+# SPEC R15: a JobSet without an orchestrator's labels, requeued by Kueue and resumed.
+def requeue_preempted(rng: random.Random, run: str, t0: datetime) -> Records:
+    return _gang(rng, run, t0, resume=False, reason="Preempted", readmit=True, labelled=False)
+
+
+def requeue_node_failures(rng: random.Random, run: str, t0: datetime) -> Records:
+    return _gang(rng, run, t0, resume=False, reason="NodeFailures", readmit=True, labelled=False)
+
+
+def requeue_waits_on(rng: random.Random, run: str, t0: datetime) -> Records:
+    """Never readmitted: still waiting at the end (stuck past a short max_readmission_wait)."""
+    return _gang(rng, run, t0, resume=False, reason="PodsReadyTimeout", readmit=False, labelled=False)
+
+
+def user_suspended(rng: random.Random, run: str, t0: datetime) -> Records:
+    return _gang(rng, run, t0, resume=False, reason="", readmit=True, labelled=False)
 
 
 # --- malformed records (SPEC R11) ------------------------------------------------------------
@@ -303,6 +345,10 @@ EXTRA_KINDS: dict[str, Scenario] = {
     "gang-preempted-waits": gang_preempted_waits,
     "gang-preempted-ends": gang_preempted_ends,
     "gang-pods-ready-timeout": gang_pods_ready_timeout,
+    "requeue-preempted": requeue_preempted,
+    "requeue-node-failures": requeue_node_failures,
+    "requeue-waits-on": requeue_waits_on,
+    "user-suspended": user_suspended,
 }
 ATTEMPT_KINDS: dict[str, Scenario] = {**STORY_KINDS, **WORKLOAD_KINDS, **EXTRA_KINDS}
 OTHER_KINDS: dict[str, Scenario] = {"unlabelled-pod": unlabelled_pod, "cpu-jobs": _story("cronjob-cpu"), "malformed": malformed}

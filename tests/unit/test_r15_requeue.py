@@ -273,3 +273,27 @@ def _t(text: str):  # type: ignore[no-untyped-def]
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
+
+
+def test_r15_4_the_fleet_view_lists_stuck_waits_and_metrics_count_them_by_queue() -> None:
+    from app.core.fleet_summary import fleet_summary
+    from app.core.fleet_view import LiveFleet
+    from app.web.metrics import render_metrics
+
+    rules = Rules(max_readmission_wait_seconds=3600)
+    world = bare().start().evict("PodsReadyTimeout").suspend().release_quota()
+    for _ in range(4):
+        world.pause(1200).progress()
+    pipeline, live = new_pipeline(rules), LiveFleet()
+    for line in world.records:
+        for emit in pipeline.feed(line["topic"], line["key"], orjson.dumps(line["value"])):
+            live.observe(emit)
+    [row] = fleet_summary(live.state).stuck
+    assert row.attempt == f"{CLUSTER}/{NAMESPACE}/JobSet/{JOBSET_NAME}" and row.queue == f"{NAMESPACE}/team-a"
+    assert row.waited_seconds >= 3600 and "PodsReadyTimeout" in row.reason
+    assert f'faultline_stuck_readmissions{{cluster="{CLUSTER}",queue="{NAMESPACE}/team-a"}} 1' in render_metrics(live)
+    world.readmit().unsuspend().workers_ready().progress()
+    for line in world.records[len(world.records) - 6 :]:
+        for emit in pipeline.feed(line["topic"], line["key"], orjson.dumps(line["value"])):
+            live.observe(emit)
+    assert fleet_summary(live.state).stuck == []
