@@ -458,7 +458,8 @@ def _on_gang(state: QueueStats | None, key: str, change: GangChange, fleet: Flee
     evicted = t.to == WAITING_FOR_READMISSION or (t.code == GANG_EVICTED and t.from_ != WAITING_FOR_READMISSION)
     # A preemption by its cause: under R9 only a preemption waits, under R15 every eviction does.
     preempted = evicted and t.cause is not None and t.cause.reason == PREEMPTION
-    readmitted = t.from_ == WAITING_FOR_READMISSION and t.to == "Running"
+    # A wait reconstructed from Kueue's counts has no length: its eviction counts, not its wait.
+    readmitted = t.from_ == WAITING_FOR_READMISSION and t.to == "Running" and not t.reconstructed
     waited = (t.waited_seconds or 0.0) if readmitted else 0.0
     state = msgspec.structs.replace(state, waiting=waiting, totals=_add_wait(state.totals, evicted, preempted, readmitted, waited))
     out: list[Emit] = []

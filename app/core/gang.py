@@ -145,6 +145,14 @@ class WorkloadView(msgspec.Struct, frozen=True, gc=False):
     admitted_at: Timestamp | None = None
     replaced: bool = False  # R15.1: an elastic job's slice replaced by a newer Workload
     counts: kueue.EvictionCounts = ()  # v1beta2 schedulingStats: evictions by reason and cause
+    requeues: int | None = None  # requeueState.count, where that is all Kueue counts (v1beta1)
+
+    @property
+    def evictions(self) -> int | None:
+        """How many evictions Kueue has counted for it (None: it counts none)."""
+        if self.counts:
+            return sum(n for _, _, n in self.counts)
+        return self.requeues
 
     @property
     def deactivated(self) -> bool:
@@ -229,6 +237,24 @@ class WorkloadTrack(msgspec.Struct, frozen=True, gc=False):
                 return self.episode(k)
         return None
 
+    def hidden_evictions(self, after: datetime, until: datetime | None) -> list[tuple[datetime, str, str]]:
+        """Evictions Kueue counted between two observations of the Workload that neither
+        shows (both without `Evicted=True`: evicted and readmitted while faultline was not
+        watching, issue 29), seen in (`after`, `until`]: (when it was known, reason, cause)."""
+        found = []
+        for k in range(1, len(self.views)):
+            prev, cur = self.views[k - 1], self.views[k]
+            if cur.observed_at <= after or (until is not None and cur.observed_at > until):
+                continue
+            if prev.deleted or cur.deleted or prev.eviction is not None or cur.eviction is not None:
+                continue
+            before, now = prev.evictions, cur.evictions
+            if before is None or now is None or now <= before:
+                continue
+            reason, cause = kueue.grown(cur.counts, prev.counts) or ("", "")
+            found.append((cur.observed_at, reason, cause))
+        return found
+
     def exit_after(self, k: int, requeued: bool = False) -> int | None:
         """While waiting (R9.8, R9.7, R9.9): first view after k that is gone, deactivated or
         readmitted. `requeued` (R15.3): any inactive Workload ends the wait, and a deleted
@@ -265,6 +291,7 @@ class Status(msgspec.Struct, frozen=True, gc=False):
     cause: EvictionCause | None = None
     waited_seconds: float | None = None
     workload: PodRef | None = None  # the Workload as it stood at `at`
+    reconstructed: bool = False  # from Kueue's eviction counts, not seen (issue 29)
 
     def same_as(self, other: Status) -> bool:
         return (self.state, self.reason, self.code, self.retry) == (other.state, other.reason, other.code, other.retry)
@@ -521,6 +548,7 @@ def _workload_view(record: GangInput, workload: Workload, trim: Trim, before: Wo
         admitted_at=_capped(kueue.admitted_at(workload), observed_at),
         replaced=kueue.is_replaced(workload),
         counts=counts,
+        requeues=kueue.requeues_of(workload),
     )
 
 
@@ -691,6 +719,13 @@ def decide(state: GangStateData, horizon: Horizon, skew: timedelta) -> tuple[lis
         elif not view.suspended:
             if not steps and not _step(steps, Status("Running", RUNNING, view.observed_at), workload):
                 return steps, True
+            # Evictions Kueue counted while it ran, that no observation showed (issue 29).
+            until = views[i + 1].observed_at if i + 1 < len(views) else horizon.jobs
+            if workload.track is not None and until is not None:
+                for at, reason, cause in workload.track.hidden_evictions(view.observed_at, until):
+                    for status in _reconstructed(at, reason, cause):
+                        if not _step(steps, status, workload):
+                            return steps, True
             i += 1
         else:
             end = _end_of_suspension(views, i)
@@ -827,6 +862,17 @@ def _wait(
     return "resumed", [waiting, Status("Running", READMITTED, resumed, waited_seconds=waited)]
 
 
+def _reconstructed(at: datetime, reason: str, cause: str) -> list[Status]:
+    """An eviction and readmission faultline did not see, from Kueue's counts: the wait,
+    and the gang running again, both at the observation that showed the count grown."""
+    counted = kueue.Classified(reason or "Requeued", "", "", "system", cause)
+    text = f"{kueue.summary(counted)}; reconstructed from kueue's eviction counts: it was evicted and readmitted while faultline did not see the workload"
+    return [
+        Status("WaitingForReadmission", text, at, cause=_cause(counted), reconstructed=True),
+        Status("Running", f"{READMITTED} (reconstructed from kueue's eviction counts)", at, reconstructed=True),
+    ]
+
+
 def _waited(evicted_at: datetime | None, admitted_at: datetime | None) -> float | None:
     """The wait by Kueue's clock: its Evicted condition's time to its Admitted one."""
     if evicted_at is None or admitted_at is None or admitted_at < evicted_at:
@@ -884,5 +930,6 @@ def _transition(state: GangStateData, old: Status | None, new: Status, rules: Ru
         at=new.at,
         waited_seconds=new.waited_seconds,
         rules_version=rules.version,
+        reconstructed=new.reconstructed,
     )
     return Emit(topic=GANG_TRANSITIONS, key=key, value=value)

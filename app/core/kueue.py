@@ -147,6 +147,21 @@ def eviction_counts(workload: Workload) -> EvictionCounts:
     return tuple(sorted((e.reason, e.underlying_cause, e.count) for e in stats.evictions[:COUNTS_KEPT]))
 
 
+def requeues_of(workload: Workload) -> int | None:
+    """`status.requeueState.count` (re-queued after a PodsReady timeout): the only count of
+    evictions a v1beta1 Workload has."""
+    state = workload.status.requeue_state
+    return state.count if state is not None else None
+
+
+def grown(now: EvictionCounts, before: EvictionCounts) -> tuple[str, str] | None:
+    """The (reason, underlying cause) whose count grew between two observations, the
+    largest growth first; None when none did."""
+    earlier = {(r, cause): count for r, cause, count in before}
+    growth = sorted(((count - earlier.get((r, cause), 0), r, cause) for r, cause, count in now), reverse=True)
+    return (growth[0][1], growth[0][2]) if growth and growth[0][0] > 0 else None
+
+
 def underlying_cause(reason: str, now: EvictionCounts, before: EvictionCounts) -> str:
     """Kueue's underlyingCause of an eviction for `reason`, from the counts as they stood
     when it was seen and just before: the one cause of that reason, or the one whose count

@@ -185,6 +185,10 @@ class GangTransition(_Record, tag="faultline.GangTransition/v2", tag_field="sche
     at: Timestamp
     waited_seconds: float | None
     rules_version: str
+    # Issue 29: a step faultline did not see but Kueue counted (an eviction and readmission
+    # between two observations of the Workload, e.g. while the API server was unreachable),
+    # reported from the Workload's eviction counts; `waited_seconds` is then unknown.
+    reconstructed: bool = False
 
 
 class StuckReadmission(_Record, tag="faultline.StuckReadmission/v1", tag_field="schema"):

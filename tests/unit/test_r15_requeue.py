@@ -10,6 +10,7 @@ import pytest
 
 from app.core.gang import gang_key
 from app.core.rules import DEFAULT_RULES, Rules
+from app.model.envelope import WORKLOADS
 from app.model.k8s import Job, Workload
 from app.model.records import STUCK_READMISSIONS, GangTransition, StuckReadmission
 from tests.unit.drivers import new_pipeline
@@ -297,3 +298,37 @@ def test_r15_4_the_fleet_view_lists_stuck_waits_and_metrics_count_them_by_queue(
         for emit in pipeline.feed(line["topic"], line["key"], orjson.dumps(line["value"])):
             live.observe(emit)
     assert fleet_summary(live.state).stuck == []
+
+
+# --- issue 29: an eviction faultline did not see, reconstructed from Kueue's counts ---------
+
+
+def _through_a_gap(world: GangWorld) -> GangWorld:
+    """Kueue evicts and readmits while the bridge sees neither (an API server restart):
+    its next record of the Workload shows it admitted again, with the eviction counted."""
+    seen = len(world.records)
+    with_eviction_counts(world, ("Preempted", "", 1)).preempt().suspend().release_quota().readmit().unsuspend().workers_ready()
+    gap = world.records[seen:]
+    world.records = world.records[:seen] + [gap[-1], *[line for line in gap if line["topic"] == WORKLOADS][-1:]]
+    return world
+
+
+def test_issue_29_an_eviction_counted_across_a_gap_is_reported_as_reconstructed() -> None:
+    for labels in ({}, None):  # a workload attempt (R15) and under an orchestrator's labels (R9)
+        world = with_eviction_counts(GangWorld(labels=labels, policy="true"), ("Preempted", "", 0)).start()
+        _through_a_gap(world.pause(30)).pause(30).complete()
+        got = transitions(world)
+        assert [(t.from_, t.to, t.reconstructed) for t in got] == [
+            ("Pending", "Running", False),
+            ("Running", "WaitingForReadmission", True),
+            ("WaitingForReadmission", "Running", True),
+            ("Running", "Completed", False),
+        ], labels
+        assert got[1].cause is not None and got[1].cause.reason == "Preempted" and got[2].waited_seconds is None
+        assert "reconstructed from kueue's eviction counts" in got[1].reason
+
+
+def test_issue_29_counts_that_grew_with_an_eviction_seen_reconstruct_nothing() -> None:
+    world = with_eviction_counts(bare(), ("Preempted", "", 0)).start()
+    with_eviction_counts(world, ("Preempted", "", 1)).preempt().suspend().release_quota().readmit().unsuspend().workers_ready()
+    assert not any(t.reconstructed for t in transitions(world))

@@ -452,6 +452,7 @@ def test_r9_11_transition_record_fields() -> None:
         "at": suspended_at,  # the JobSet seen suspended, after the Workload seen evicted
         "waited_seconds": None,
         "rules_version": DEFAULT_RULES.version,
+        "reconstructed": False,
     }
     _, emitted = feed(world.records, DEFAULT_RULES)
     assert emitted[-1].key == f"{CLUSTER}/{NAMESPACE}/{JOBSET_NAME}"
