@@ -77,6 +77,7 @@ class Outcome(NamedTuple):
     writes: list[Write]
     redelivered: list[str]  # keys the record was already folded into (a repeat after a crash)
     in_time: bool = True  # False: a record whose time could not be used (it moves no stream time)
+    time: tuple[str, datetime] | None = None  # (cluster, observed_at) of a record in time
 
 
 class StateStore(Protocol):
@@ -164,7 +165,7 @@ class Runner:
             self.counts["clock_faults"] += fault.startswith(CLOCK_FAULT)
             return self._rejected(source, fault, raw)._replace(in_time=False)
         if progress_in(record):
-            return self.progress(scope, store, source, record)
+            return self.progress(scope, store, source, record)._replace(time=(record.cluster, record.observed_at))
         cluster, at = record.cluster, record.observed_at
         known = scope.latest.get(cluster)
         if known is None or at > known:
@@ -172,15 +173,15 @@ class Runner:
         reader = INPUT_OF[source.topic]
         key = reader.key(source.key, record)
         if key is None:
-            return _NOTHING
+            return _NOTHING._replace(time=(cluster, at))
         state, repeat = store.load(key) if store is not None else (None, False)
         if repeat:
             self.counts["redelivered"] += 1
-            return Outcome(_NONE, _NONE, [key])
+            return Outcome(_NONE, _NONE, [key], time=(cluster, at))
         result = apply(self.stage, reader.fold, state, key, record, self.rules, scope.marks)
         if isinstance(result, Failed):
-            return self._rejected(source, result.reason, raw)
-        return self._applied(scope, key, result, [])
+            return self._rejected(source, result.reason, raw)._replace(time=(cluster, at))
+        return self._applied(scope, key, result, [])._replace(time=(cluster, at))
 
     def _applied(self, scope: Scope, key: str, result: Applied, out: list[Out], writes: list[Write] | None = None) -> Outcome:
         """A fold's result into the outcome: its records, and its state when it changed or

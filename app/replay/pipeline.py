@@ -33,8 +33,7 @@ from app.core.emit import Emit
 from app.core.progress import Watermarks, end_of_input
 from app.core.rules import DEFAULT_RULES, Rules
 from app.core.runner import Out, Outcome, Raw, Runner, Scope, Source, Write
-from app.core.topology import STAGE_OF, STAGES, Stage, StageRecord, decode_record
-from app.model.decode import BadRecord
+from app.core.topology import STAGE_OF, STAGES, Stage, StageRecord
 from app.model.envelope import SOURCE_TOPICS
 
 # How often, in stream time, expired state is swept (R7.4): every quarter of the
@@ -99,13 +98,13 @@ class Pipeline:
         included). `partition` of `partitions`: where a Kafka reader found it (a trace is
         one partition)."""
         self.counts["records"] += 1
-        source = Source(topic, topic, key or "", partition, offset, partitions)
-        try:
-            record = decode_record(topic, value)
-        except BadRecord as exc:  # also a topic no stage reads
+        reader = self._readers.get(topic)
+        if reader is None:  # a topic no stage reads
             self.counts["dead_letters"] += 1
-            return [dead_letter(topic, key, partition, offset, str(exc), value)]
-        return self._source(source, record, value)
+            return [dead_letter(topic, key, partition, offset, f"unknown source topic {topic!r}: expected one of {', '.join(SOURCE_TOPICS)}", value)]
+        stage, runner, scope, store = reader
+        outcome = runner.receive(scope, store, Source(topic, topic, key or "", partition, offset, partitions), value)
+        return self._source(stage, outcome)
 
     def feed_decoded(
         self,
@@ -120,7 +119,8 @@ class Pipeline:
         """One source record already decoded (`decode_source`); `raw` is what a dead letter
         of it would quote (or a function that finds it, called only for a dead letter)."""
         self.counts["records"] += 1
-        return self._source(Source(topic, topic, key, partition, offset, partitions), record, raw)
+        stage, runner, scope, store = self._readers[topic]
+        return self._source(stage, runner.receive_decoded(scope, store, Source(topic, topic, key, partition, offset, partitions), record, raw))
 
     def finish(self) -> list[Emit]:
         """The end of the input (a trace): a watermark of +infinity for every source
@@ -132,12 +132,12 @@ class Pipeline:
                 out += self._deliver(stage, runner.progress(scope, store, Source(topic, topic, ""), end_of_input(cluster, topic)))
         return out
 
-    def _source(self, source: Source, record: StageRecord, raw: Raw) -> list[Emit]:
-        outcome, out = self._run(source, record, raw)
-        if outcome.in_time:  # every source record moves its cluster's time, progress included
-            at = record.observed_at
-            if at > self.latest.get(record.cluster, _DAWN):
-                self.latest[record.cluster] = at
+    def _source(self, stage: Stage, outcome: Outcome) -> list[Emit]:
+        out = self._deliver(stage, outcome)
+        if outcome.time is not None:  # every source record in time moves its cluster's time, progress included
+            cluster, at = outcome.time
+            if at > self.latest.get(cluster, _DAWN):
+                self.latest[cluster] = at
             if at > self.stream_time:
                 self._advance(at)
         return out

@@ -141,40 +141,44 @@ class Stages:
         }
 
     def _handler(self, stage: Stage, table: StateTable[Any] | None) -> Any:
-        delivery, runner, partitions = self.delivery, self.runners[stage.name], self.settings.partitions
-
         async def handle(message: faust.types.Message, batch: Batch) -> None:
-            topic = delivery.logical[message.topic]
-            self.counts["records"] += 1
-            # A re-keyed record is recognised by the source record that caused it; a
-            # source record by its own position (a header on it is someone else's words).
-            internal = topic in INTERNAL_TOPICS
-            origin = upstream_origin(message) if internal else origin_of(message)
-            # What this stage writes is recognised downstream in its own input partition's order.
-            sent = relayed(origin, message) if internal else origin
-            store = TableStore(table, message.partition, origin) if table is not None else None
-            key = (message.key or b"").decode("utf-8", "replace")
-            source = Source(topic, message.topic, key, message.partition, message.offset, partitions)
-            scope = self._scope(stage.name, message.partition)
-            marks = scope.marks
-            outcome = runner.receive(scope, store, source, message.value or b"")
-            if table is not None and scope.marks is not marks:  # kept with the states it reflects
-                table.hold_progress(event_in_hand(), scope.snapshot())
-            cause = cause_of(message)
-            if outcome.redelivered:  # a repeat after a crash: its state is durable, its records may not be
-                assert store is not None
-                for repeated in outcome.redelivered:
-                    batch.outputs.extend(store.caused(repeated, cause))
-            records, starts = delivery.kafka_records(outcome.out, sent, cause)
-            if outcome.writes:
-                assert table is not None and store is not None
-                event = event_in_hand()  # names the table partition
-                for write in outcome.writes:
-                    caused = records[starts[write.first] : starts[write.end]]
-                    table.hold(write.key, event, store.positions(write.key), write.state, write.raw, caused)
-            batch.outputs.extend(records)
+            self.handle(stage, table, message, batch)
 
         return handle
+
+    def handle(self, stage: Stage, table: StateTable[Any] | None, message: faust.types.Message, batch: Batch) -> None:
+        """One record through the stage's runner; its states held with the records their
+        folds caused, the records held in the batch (delivery.py sends them after)."""
+        delivery = self.delivery
+        topic = delivery.logical[message.topic]
+        self.counts["records"] += 1
+        # A re-keyed record is recognised by the source record that caused it; a
+        # source record by its own position (a header on it is someone else's words).
+        internal = topic in INTERNAL_TOPICS
+        origin = upstream_origin(message) if internal else origin_of(message)
+        # What this stage writes is recognised downstream in its own input partition's order.
+        sent = relayed(origin, message) if internal else origin
+        store = TableStore(table, message.partition, origin) if table is not None else None
+        key = (message.key or b"").decode("utf-8", "replace")
+        source = Source(topic, message.topic, key, message.partition, message.offset, self.settings.partitions)
+        scope = self._scope(stage.name, message.partition)
+        marks = scope.marks
+        outcome = self.runners[stage.name].receive(scope, store, source, message.value or b"")
+        if table is not None and scope.marks is not marks:  # kept with the states it reflects
+            table.hold_progress(event_in_hand(), scope.snapshot())
+        cause = cause_of(message)
+        if outcome.redelivered:  # a repeat after a crash: its state is durable, its records may not be
+            assert store is not None
+            for repeated in outcome.redelivered:
+                batch.outputs.extend(store.caused(repeated, cause))
+        records, starts = delivery.kafka_records(outcome.out, sent, cause)
+        if outcome.writes:
+            assert table is not None and store is not None
+            event = event_in_hand()  # names the table partition
+            for write in outcome.writes:
+                caused = records[starts[write.first] : starts[write.end]]
+                table.hold(write.key, event, store.positions(write.key), write.state, write.raw, caused)
+        batch.outputs.extend(records)
 
     # --- expiry (SPEC R7.4) --------------------------------------------------------------------
 
