@@ -95,13 +95,18 @@ def _chunks(records: list[dict], parts: int) -> list[list[dict]]:
     return [records[i : i + size] for i in range(0, len(records), size)]
 
 
-def one_worker(bootstrap: str, tmp: Path, *, attempts: int, kills: int, store: str, seed: int) -> tuple[dict[str, int], int]:
-    rng = random.Random(seed)
+def _setup(bootstrap: str, tmp: Path, attempts: int, seed: int) -> tuple[list[dict], list[tuple[str, str, bytes]], StreamStack]:
+    """The trace's records, what the offline replay writes of them, and a stack of topics of its own."""
     records = generate(attempts=attempts, seed=seed)
-    trace = write_trace(tmp / "all.jsonl", records)
-    expected = _offline(trace)
+    expected = _offline(write_trace(tmp / "all.jsonl", records))
     stack = StreamStack(bootstrap, f"k{uuid.uuid4().hex[:8]}.", tmp)
     stack.create_topics()
+    return records, expected, stack
+
+
+def one_worker(bootstrap: str, tmp: Path, *, attempts: int, kills: int, store: str, seed: int) -> tuple[dict[str, int], int]:
+    rng = random.Random(seed)
+    records, expected, stack = _setup(bootstrap, tmp, attempts, seed)
     try:
         worker = stack.start_worker("w1", store=store)
         chunks = _chunks(records, kills + 1)
@@ -118,11 +123,7 @@ def one_worker(bootstrap: str, tmp: Path, *, attempts: int, kills: int, store: s
 
 
 def group(bootstrap: str, tmp: Path, *, attempts: int, down: float, seed: int) -> tuple[dict[str, int], int]:
-    records = generate(attempts=attempts, seed=seed)
-    trace = write_trace(tmp / "all.jsonl", records)
-    expected = _offline(trace)
-    stack = StreamStack(bootstrap, f"g{uuid.uuid4().hex[:8]}.", tmp)
-    stack.create_topics()
+    records, expected, stack = _setup(bootstrap, tmp, attempts, seed)
     try:
         workers = [stack.start_worker(f"w{n}") for n in (1, 2, 3)]
         chunks = _chunks(records, 4)

@@ -273,8 +273,12 @@ class Runner:
         if expired is None:
             return []
         out = []
+        now: dict[tuple[int, str], datetime | None] = {}  # one stream time per scope and cluster
         for key, state, scope in items:
-            at = scope.stream_time(key.partition("/")[0])
+            cluster = key.partition("/")[0]
+            at = now.get((id(scope), cluster), _DAWN)
+            if at is _DAWN:
+                at = now[(id(scope), cluster)] = scope.stream_time(cluster)
             if at is not None and expired(state, at, self.rules):
                 out.append(key)
         return out
