@@ -398,48 +398,69 @@ def _decided(state: GangStateData, rules: Rules, marks: Watermarks) -> tuple[Gan
         for step in steps[state.steps :]:  # R9.11: one record per state change, each once
             transition = _transition(state, status, step, rules)
             emits += [transition, *gang_change(step.at, transition.value, rules)]
+            state, stuck = _wait_over(state, status, step, rules)
+            emits += stuck
             status = step
         if emits or blocked != state.blocked:
             state = msgspec.structs.replace(state, status=status, steps=max(state.steps, len(steps)), blocked=blocked)
-    stuck = _stuck(state, rules, marks.stream_time(state.cluster))
+    stuck = _still_waiting(state, rules, marks.stream_time(state.cluster))
     if stuck is not None:
         state, record = stuck
         emits.append(record)
     return state, emits
 
 
-def _stuck(state: GangStateData, rules: Rules, now: datetime | None) -> tuple[GangStateData, Emit] | None:
-    """R15.4: a wait past `max_readmission_wait` of stream time is reported once, and its
-    end once more; the wait itself goes on."""
+# R15.4: a wait past `max_readmission_wait` is reported once, as of the moment it passed
+# it, and its end once more; the wait itself goes on. Both records are read from the
+# wait's own times, so they are the same whether the readmission or the progress that
+# passes the limit is read first (R7.1).
+
+
+def _still_waiting(state: GangStateData, rules: Rules, now: datetime | None) -> tuple[GangStateData, Emit] | None:
+    """A wait still going on when stream time passes its limit: reported now."""
     waiting = _waiting_since(state)
-    if state.stuck is not None and state.stuck != waiting:  # the wait it reported is over
-        status = state.status
-        assert status is not None
-        at = max(status.at, state.stuck)
-        return msgspec.structs.replace(state, stuck=None), _stuck_record(state, state.stuck, at, False, rules)
-    if waiting is not None and state.stuck is None and now is not None and now - waiting >= rules.max_readmission_wait:
-        return msgspec.structs.replace(state, stuck=waiting), _stuck_record(state, waiting, now, True, rules)
-    return None
+    if waiting is None or state.stuck is not None or now is None or now - waiting < rules.max_readmission_wait:
+        return None
+    return msgspec.structs.replace(state, stuck=waiting), _stuck_record(state, state.status, waiting, True, rules)
 
 
-def _stuck_record(state: GangStateData, since: datetime, at: datetime, stuck: bool, rules: Rules) -> Emit:
-    track, status = state.jobset, state.status
-    assert track is not None and status is not None
+def _wait_over(state: GangStateData, old: Status | None, new: Status, rules: Rules) -> tuple[GangStateData, list[Emit]]:
+    """A wait of a workload attempt that `new` ends: its end, if it was reported stuck;
+    if it was longer than the limit but not yet reported (the readmission read before
+    the progress that passes the limit), both reports."""
+    track = state.jobset
+    if old is None or old.state != WAITING_FOR_READMISSION or track is None or not track.requeued or old.reconstructed:
+        return state, []
+    out = []
+    if state.stuck != old.at:
+        if new.at - old.at < rules.max_readmission_wait:
+            return state, []
+        out.append(_stuck_record(state, old, old.at, True, rules))
+    out.append(_stuck_record(state, old, old.at, False, rules, ended=new.at))
+    return msgspec.structs.replace(state, stuck=None), out
+
+
+def _stuck_record(state: GangStateData, waiting: Status | None, since: datetime, stuck: bool, rules: Rules, ended: datetime | None = None) -> Emit:
+    """The report of a wait (`waiting`, begun at `since`): stuck as of the moment it passed
+    the limit, or over at `ended`."""
+    track = state.jobset
+    assert track is not None and waiting is not None
     key = track.key or f"{state.cluster}/{track.namespace}/{track.name}"
+    at = ended if ended is not None else since + rules.max_readmission_wait
     record = StuckReadmission(
         key=key,
         cluster=state.cluster,
         namespace=track.namespace,
         identity=track.identity,
         tracked=track.tracked or ObjectRef(kind=track.kind, name=track.name, uid=state.uid),
-        workload=status.workload,
+        workload=waiting.workload,
         queue=track.queue,
         stuck=stuck,
         since=since,
         at=at,
         waited_seconds=(at - since).total_seconds(),
-        cause=status.cause if stuck else None,
-        reason=status.reason,
+        cause=waiting.cause if stuck else None,
+        reason=waiting.reason,
         rules_version=rules.version,
     )
     return Emit(STUCK_READMISSIONS, key, record)

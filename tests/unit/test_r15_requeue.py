@@ -332,3 +332,18 @@ def test_issue_29_counts_that_grew_with_an_eviction_seen_reconstruct_nothing() -
     world = with_eviction_counts(bare(), ("Preempted", "", 0)).start()
     with_eviction_counts(world, ("Preempted", "", 1)).preempt().suspend().release_quota().readmit().unsuspend().workers_ready()
     assert not any(t.reconstructed for t in transitions(world))
+
+
+def test_r15_4_the_reports_are_the_same_whether_the_readmission_or_the_progress_past_the_limit_comes_first() -> None:
+    """R7.1: read from the wait's own times. Progress past the limit before the readmission
+    is read, or only after it (a watermark lagging behind the gang's records): the same
+    two reports, stuck as of the limit and over at the readmission."""
+    rules = Rules(max_readmission_wait_seconds=3600)
+    early = bare().start().evict("PodsReadyTimeout").suspend().release_quota().pause(5400).progress()
+    early.pause(60).readmit().unsuspend().workers_ready().progress()
+    late = bare().start().evict("PodsReadyTimeout").suspend().release_quota().pause(5460)
+    late.readmit().unsuspend().workers_ready().progress()
+    first, second = _stuck(early.records, rules), _stuck(late.records, rules)
+    assert [(r.stuck, r.at, r.waited_seconds) for r in first] == [(r.stuck, r.at, r.waited_seconds) for r in second]
+    assert [r.stuck for r in first] == [True, False] and first[0].waited_seconds == 3600
+    assert msgspec.json.encode(first) == msgspec.json.encode(second)
