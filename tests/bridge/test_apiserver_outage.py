@@ -82,3 +82,49 @@ def test_an_outage_mid_preemption_the_watches_are_live_within_2s_of_the_server_r
         ended = [m for m in rec.log_lines if m.startswith(f"INFO {kind} (namespace ") and "recovered after" in m]
         assert len(started) == 1 and len(ended) == 1, (watch, started, ended)
     assert not any("Traceback" in m for m in rec.log_lines)
+
+
+def test_issue_29_a_preemption_during_an_outage_is_seen_or_reconstructed_and_its_wait_is_kueues(
+    apiserver, real_api: KubeApi, tmp_path: Path
+):
+    """A bare JobSet under Kueue (R15) is preempted and readmitted while the API server is
+    down and coming back: what the bridge recorded classifies either as every transition
+    seen, with the wait Kueue's own (the Workload's Evicted to Admitted condition times),
+    or, where a relist folded the eviction away, as an eviction reconstructed from Kueue's
+    count of it — never as nothing having happened."""
+    from app.replay.pipeline import Pipeline
+    from app.replay.trace import read_lines, replay
+    from tests.unit.gang_builders import GangWorld, with_eviction_counts
+
+    world = with_eviction_counts(GangWorld(labels={}), ("Preempted", "", 0)).start().pause(60)
+    cuts = [len(world.records)]
+    with_eviction_counts(world, ("Preempted", "", 1)).preempt("InClusterQueue").suspend().jobs_stopped().release_quota().pause(30)
+    world.readmit().unsuspend().workers_ready().pods_ready()
+    cuts.append(len(world.records))
+    world.pause(60).complete().finish()
+    ops = story_operations(world.records)
+    at = [len(story_operations(world.records[:n])) for n in cuts]
+    phases = {"before": ops[: at[0]], "at_comeback": ops[at[0] : at[1]], "after": ops[at[1] :]}
+    rec = record_through_outage(apiserver, real_api, phases, tmp_path / "outage-trace.jsonl", settings(**DEFAULT_RETRY), down_seconds=10.0)
+    print("\n" + summary(rec))
+    assert rec.live_after <= 2.0, summary(rec)
+
+    transitions = [e.value for e in replay(read_lines(rec.trace), Pipeline()) if e.topic == "faultline.gang-transitions"]
+    path = [(t.from_, t.to) for t in transitions]
+    assert path == [("Pending", "Running"), ("Running", "WaitingForReadmission"), ("WaitingForReadmission", "Running"), ("Running", "Completed")], path
+    waiting, back = transitions[1], transitions[2]
+    assert waiting.cause is not None and waiting.cause.reason == "Preempted"
+    if waiting.reconstructed:  # the relist showed only the Workload admitted again, the eviction counted
+        assert back.reconstructed and back.waited_seconds is None
+        print("the eviction was reconstructed from Kueue's count")
+    else:  # seen: the wait is Kueue's, whenever the bridge saw the two conditions
+        evicted = next(c for line in world.workload_records() for c in line["value"]["object"]["status"].get("conditions", []) if c["type"] == "Evicted" and c["status"] == "True")
+        admitted = [c for line in world.workload_records() for c in line["value"]["object"]["status"].get("conditions", []) if c["type"] == "Admitted" and c["status"] == "True"][-1]
+        assert back.waited_seconds == (_time(admitted["lastTransitionTime"]) - _time(evicted["lastTransitionTime"])).total_seconds()
+        print(f"every transition seen; waited {back.waited_seconds:g}s by Kueue's clock")
+
+
+def _time(text: str):  # type: ignore[no-untyped-def]
+    from datetime import datetime
+
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
