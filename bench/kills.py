@@ -160,17 +160,21 @@ def main() -> None:
     parser.add_argument("--down", type=float, default=120.0, help="seconds the killed worker of the group stays down")
     parser.add_argument("--attempts", type=int, default=800, help="attempts in the generated trace")
     parser.add_argument("--store", choices=("rocksdb", "memory"), default="rocksdb")
+    parser.add_argument("--keep", metavar="DIR", help="keep each run's folder (worker logs, traces) under DIR")
+    parser.add_argument("--seed", type=int, default=100, help="the first run's seed (run n: seed + n)")
     args = parser.parse_args()
     runs = args.runs if args.runs is not None else (3 if args.group else 5)
     totals: dict[str, int] = {}
     with kafka() as bootstrap:
         for run in range(runs):
-            with tempfile.TemporaryDirectory() as tmp:
+            with tempfile.TemporaryDirectory(dir=args.keep) as tmp:
+                if args.keep:
+                    tmp = tempfile.mkdtemp(dir=args.keep, prefix=f"run{run + 1}-")
                 started = time.monotonic()
                 if args.group:
-                    differ, killed = group(bootstrap, Path(tmp), attempts=args.attempts, down=args.down, seed=100 + run)
+                    differ, killed = group(bootstrap, Path(tmp), attempts=args.attempts, down=args.down, seed=args.seed + run)
                 else:
-                    differ, killed = one_worker(bootstrap, Path(tmp), attempts=args.attempts, kills=args.kills, store=args.store, seed=100 + run)
+                    differ, killed = one_worker(bootstrap, Path(tmp), attempts=args.attempts, kills=args.kills, store=args.store, seed=args.seed + run)
                 for k, v in differ.items():
                     totals[k] = totals.get(k, 0) + v
                 shown = " ".join(f"{k}={v}" for k, v in differ.items())
