@@ -75,7 +75,7 @@ from app.core.rules import Rules
 from app.model.decode import TypedEnvelope
 from app.model.envelope import JOBS, WORKLOADS, ChangeType
 from app.model.facts import GANG_INPUTS, GangInput
-from app.model.k8s import Condition, Job, Timestamp, Workload, WorkloadSpec
+from app.model.k8s import Job, Timestamp, Workload, WorkloadSpec
 from app.model.records import (
     GANG_EVICTED,
     GANG_TRANSITIONS,
@@ -105,7 +105,6 @@ WORKLOAD_DELETED = "WorkloadDeleted"
 JOBSET_KIND = "JobSet"
 COMPLETED = "Completed"
 FAILED = "Failed"
-SUSPENDED = "Suspended"
 
 
 # --- State ---------------------------------------------------------------------------

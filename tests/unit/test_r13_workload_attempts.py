@@ -11,7 +11,7 @@ import pytest
 
 from app.core.rules import DEFAULT_RULES, Rules
 from app.model.facts import ATTEMPT_FACTS
-from app.model.records import CLASSIFIED_FAILURES, FAULTS, GANG_TRANSITIONS, ClassifiedFailure, GangTransition
+from app.model.records import CLASSIFIED_FAILURES, FAULTS, GANG_TRANSITIONS, ClassifiedFailure
 from app.model.records_v1 import ClassifiedFailure as ClassifiedFailureV1
 from app.model.records_v1 import upgraded
 from app.replay.pipeline import Pipeline
