@@ -5,7 +5,8 @@ or progress policy lives here: the topology says which topics a stage reads and 
 the runner decodes, checks, keys and folds.
 
 Delivery (batches, states durable before their records are sent, repeats recognised by
-position and sent again from the outbox, one agent per table): delivery.py. A stage
+position and sent again from the outbox, one agent per table): delivery.py; what a new
+ownership finds unsent in the outboxes: unsent.py. A stage
 reading several topics (pods: k8s.pods and k8s.events, both keyed by pod uid and
 co-partitioned; jobs: k8s.jobs and k8s.workloads) is one agent over all of them.
 
@@ -33,7 +34,9 @@ from app.model.facts import INTERNAL_TOPICS
 from app.settings import Settings
 from app.stream.delivery import Batch, Delivery, cause_of, origin_of, relayed, upstream_origin
 from app.stream.faust_fixes import event_in_hand
+from app.stream.codecs import Sent
 from app.stream.tables import StateTable, TableStore
+from app.stream.unsent import Unsent
 
 log = logging.getLogger("faultline.stream")
 
@@ -141,14 +144,26 @@ class Stages:
         }
 
     def _handler(self, stage: Stage, table: StateTable[Any] | None) -> Any:
-        async def handle(message: faust.types.Message, batch: Batch) -> None:
-            self.handle(stage, table, message, batch)
+        if table is None:
+
+            async def handle(message: faust.types.Message, batch: Batch) -> None:
+                self.handle(stage, table, message, batch)
+
+            return handle
+        unsent = Unsent(self.app, table, self.delivery.committed)
+
+        async def handle_with_state(message: faust.types.Message, batch: Batch) -> None:
+            self.handle(stage, table, message, batch, await unsent.take(message))
+
+        return handle_with_state
 
         return handle
 
-    def handle(self, stage: Stage, table: StateTable[Any] | None, message: faust.types.Message, batch: Batch) -> None:
+    def handle(self, stage: Stage, table: StateTable[Any] | None, message: faust.types.Message, batch: Batch, unsent: list[Sent] | None = None) -> None:
         """One record through the stage's runner; its states held with the records their
-        folds caused, the records held in the batch (delivery.py sends them after)."""
+        folds caused, the records held in the batch (delivery.py sends them after).
+        `unsent`: what the record caused before this ownership that may not have left
+        (unsent.py); it is sent again first."""
         delivery = self.delivery
         topic = delivery.logical[message.topic]
         self.counts["records"] += 1
@@ -167,7 +182,9 @@ class Stages:
         if table is not None and scope.marks is not marks:  # kept with the states it reflects
             table.hold_progress(event_in_hand(), scope.snapshot())
         cause = cause_of(message)
-        if outcome.redelivered:  # a repeat after a crash: its state is durable, its records may not be
+        if unsent is not None:
+            batch.outputs.extend(unsent)
+        elif outcome.redelivered:  # a repeat after a crash: its state is durable, its records may not be
             assert store is not None
             for repeated in outcome.redelivered:
                 batch.outputs.extend(store.caused(repeated, cause))

@@ -26,7 +26,9 @@ states first, a record is folded again only if nothing it caused was sent, so wh
 order the restart reads in, the stage never contradicts itself; a record whose state is
 durable but whose records may not have been sent is recognised as a repeat when it comes
 again (its offset is past the committed one: offsets are committed only after step 5) and
-sends them again from the outbox, byte for byte, where it stands in its partition.
+sends them again from the outbox, byte for byte, where it stands in its partition. (The
+outboxes a new ownership finds are read once, before anything is folded: a settled
+state or a rewritten entry would not be asked for them; unsent.py.)
 An error in 4 or 5 stops the worker before 6: nothing is acked, nothing is lost.
 
 Records sent to a re-key topic carry the position of the source record that caused
@@ -98,6 +100,8 @@ class Batch:
             await self.before_flush(self)  # a stage that folds a whole batch at once
         if self.table is not None:
             await self.table.flush()
+        if self.injection is not None and self.injection.on:
+            self.injection.states_durable(self.outputs)
         if self.outputs:
             send = self.producer.send
             # Straight to the producer: Faust's Topic.send wraps each record in futures

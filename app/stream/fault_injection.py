@@ -10,13 +10,17 @@ reading it handles it (not the dead letter or any record quoting it later):
 - `raise`: the agent raises, as an error outside the fold policy would;
 - `kill-after-outputs`: the worker kills itself once the batch holding that record has
   its outputs acknowledged by Kafka, before the batch's offsets are acknowledged: the
-  outputs are out, the offsets say the records were never read.
+  outputs are out, the offsets say the records were never read;
+- `kill-before-outputs`: the worker kills itself once a batch's states are durable, before
+  any of its outputs is sent, when one of those outputs (any stage's) contains the marker:
+  the states say the records were folded, nothing they caused has left.
 
 tests/integration/test_stream_crash_loop.py uses it to show that such a record is
 dead-lettered after it stopped the worker twice (app/stream/in_flight.py), and that a
 worker that stops exits within `stop_timeout`; tests/integration/test_stream_reorder.py
 to kill a worker at the one point where a restart reading in another order could
-contradict what was sent (app/stream/delivery.py).
+contradict what was sent (app/stream/delivery.py); tests/integration/test_stream_unsent.py
+to kill it where only the states' outboxes hold what a fold caused (app/stream/unsent.py).
 """
 
 from __future__ import annotations
@@ -27,8 +31,10 @@ import signal
 import faust
 
 from app.model.envelope import SOURCE_TOPICS
+from app.stream.codecs import Sent
 
 ENV = "FAULTLINE_FAULT_INJECTION"
+MODES = ("kill", "raise", "kill-after-outputs", "kill-before-outputs")
 
 
 class InjectedFault(RuntimeError):
@@ -39,8 +45,8 @@ class FaultInjection:
     def __init__(self, spec: str | None = None) -> None:
         spec = os.environ.get(ENV, "") if spec is None else spec
         mode, _, marker = spec.partition(":")
-        if spec and (mode not in ("kill", "raise", "kill-after-outputs") or not marker):
-            raise ValueError(f"{ENV}={spec!r}: expected kill:<marker>, raise:<marker> or kill-after-outputs:<marker>")
+        if spec and (mode not in MODES or not marker):
+            raise ValueError(f"{ENV}={spec!r}: expected <mode>:<marker>, mode one of {', '.join(MODES)}")
         self.mode, self.marker = mode, marker.encode()
 
     @property
@@ -48,7 +54,7 @@ class FaultInjection:
         return bool(self.marker)
 
     def check(self, logical_topic: str, message: faust.types.Message) -> None:
-        if self.mode == "kill-after-outputs" or logical_topic not in SOURCE_TOPICS or self.marker not in (message.value or b""):
+        if self.mode not in ("kill", "raise") or logical_topic not in SOURCE_TOPICS or self.marker not in (message.value or b""):
             return
         if self.mode == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
@@ -59,4 +65,10 @@ class FaultInjection:
         if self.mode != "kill-after-outputs":
             return
         if any(e.message.topic.endswith(SOURCE_TOPICS) and self.marker in (e.message.value or b"") for e in events):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def states_durable(self, outputs: list[Sent]) -> None:
+        """`kill-before-outputs`: called once a batch's states are durable, before its
+        outputs are sent."""
+        if self.mode == "kill-before-outputs" and any(self.marker in bytes(r.value) for r in outputs):
             os.kill(os.getpid(), signal.SIGKILL)

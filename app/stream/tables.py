@@ -40,6 +40,15 @@ _PROGRESS = "/progress/{}"
 _progressed_decoder = msgspec.json.Decoder(Progressed)
 
 
+class _Outbox(msgspec.Struct):
+    """An entry's outbox alone: its state is skipped, not decoded."""
+
+    outbox: list[Sent] = []
+
+
+_outbox_decoder = msgspec.json.Decoder(_Outbox)
+
+
 class StateTable(Generic[S]):
     def __init__(self, table: faust.Table, state_type: type, counts: Counter[str] | None = None) -> None:
         self.table = table
@@ -112,6 +121,16 @@ class StateTable(Generic[S]):
                 continue
             try:
                 yield raw_key, self._load(raw)
+            except (msgspec.DecodeError, zlib.error):
+                log.warning("table %s: undecodable entry for key %r left in place", self.name, raw_key)
+
+    def outboxes(self) -> Iterator[Sent]:
+        """The records in the outboxes of the entries in the store (not those held)."""
+        for raw_key, raw in list(self.table.data.items()):
+            if raw_key[:1] == b"/":
+                continue
+            try:
+                yield from _outbox_decoder.decode(zlib.decompress(raw) if raw[:1] == _ZLIB else raw).outbox
             except (msgspec.DecodeError, zlib.error):
                 log.warning("table %s: undecodable entry for key %r left in place", self.name, raw_key)
 
