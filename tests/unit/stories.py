@@ -36,14 +36,24 @@ from tests.unit.builders import (
 )
 
 
+def _statuses_ended(p: dict, exit_code: int, at: datetime, reason: str) -> list[dict]:
+    """Each container terminated at `at`, keeping the start it was running since (as the kubelet does)."""
+    running_since = {s["name"]: s["state"]["running"]["startedAt"] for s in p["status"]["containerStatuses"] if "running" in s["state"]}
+    statuses = []
+    for name in (c["name"] for c in p["spec"]["containers"]):
+        state = terminated(exit_code, at, reason)
+        if name in running_since:
+            state["terminated"]["startedAt"] = running_since[name]
+        statuses.append({"name": name, "state": state})
+    return statuses
+
+
 def _failed(p: dict, exit_code: int, at: datetime, reason: str = "Error") -> dict:
-    names = [c["name"] for c in p["spec"]["containers"]]
-    return updated(p, phase="Failed", containerStatuses=[{"name": n, "state": terminated(exit_code, at, reason)} for n in names])
+    return updated(p, phase="Failed", containerStatuses=_statuses_ended(p, exit_code, at, reason))
 
 
 def _succeeded(p: dict, at: datetime) -> dict:
-    names = [c["name"] for c in p["spec"]["containers"]]
-    return updated(p, phase="Succeeded", containerStatuses=[{"name": n, "state": terminated(0, at, "Completed")} for n in names])
+    return updated(p, phase="Succeeded", containerStatuses=_statuses_ended(p, 0, at, "Completed"))
 
 
 def pod_task_nvlink(run: str = "nightly-7f3a", t0: datetime = T0) -> list[dict]:
@@ -93,7 +103,7 @@ def mpijob_row_remap(run: str = "llm-pretrain-42", t0: datetime = T0) -> list[di
         w = pod(f"{name}-worker-{i}", labels={**kubeflow_pod_labels(name), **labels}, node=f"gpu-{20 + i}", containers={"main": running(t0 - minutes(45))}, created=t0 - minutes(46))
         workers.append(w)
         out.append(record(w, t0 - minutes(45), "ADDED"))
-    launcher = pod(f"{name}-launcher", labels={**kubeflow_pod_labels(name, replica="launcher"), **labels}, node="cpu-1", containers={"launcher": running(t0 - minutes(44))})
+    launcher = pod(f"{name}-launcher", labels={**kubeflow_pod_labels(name, replica="launcher"), **labels}, node="cpu-1", containers={"launcher": running(t0 - minutes(44))}, gpus=0)
     out.append(record(launcher, t0 - minutes(44), "ADDED"))
     out.append(record(event(workers[2], code=63, first=t0 - minutes(4), reporting="gpu-22"), t0 - minutes(4), "ADDED"))
     out.append(record(event(workers[0], code=92, severity="warn", first=t0 - minutes(20), reporting="gpu-20"), t0 - minutes(20), "ADDED"))
@@ -114,9 +124,10 @@ def jobset_restart_then_complete(run: str = "vision-ft-8", t0: datetime = T0) ->
     gen0 = [pod(f"{name}-workers-0-{i}", labels={**jobset_pod_labels(name, 0), **labels}, node=f"gpu-{30 + i}", containers={"main": running(t0 - minutes(55))}) for i in range(2)]
     out += [record(w, t0 - minutes(55), "ADDED") for w in gen0]
     out.append(record(event(gen0[1], code=94, first=t0 - minutes(1), reporting="gpu-31"), t0 - minutes(1), "ADDED"))
-    out.append(record(_failed(gen0[1], 1, t0 - minutes(0.5)), t0 - minutes(0.4)))
+    failed = _failed(gen0[1], 1, t0 - minutes(0.5))
+    out.append(record(failed, t0 - minutes(0.4)))
     out.append(record(updated(js, restarts=1), t0))
-    out += [record(w, t0 + minutes(0.2), "DELETED") for w in gen0]
+    out += [record(w, t0 + minutes(0.2), "DELETED") for w in (gen0[0], failed)]  # each as it last stood
     gen1 = [pod(f"{name}-workers-0-{i}", labels={**jobset_pod_labels(name, 1), **labels}, node=f"gpu-{40 + i}", containers={"main": running(t0 + minutes(2))}, created=t0 + minutes(1)) for i in range(2)]
     out += [record(w, t0 + minutes(2), "ADDED") for w in gen1]
     out += [record(_succeeded(w, t0 + minutes(50)), t0 + minutes(50)) for w in gen1]
