@@ -22,7 +22,8 @@ from app.core.bounds import DROPPED_GENERATIONS, restarts_seen
 from app.core.child_pods import has_succeeded, is_selected
 from app.core.emit import Emit, dropped
 from app.core.fleet_fold import hour_of
-from app.core.fleet_inputs import failure_changes
+from app.core.fleet_inputs import failure_changes, gpu_time_changes
+from app.core.gpu_time import GpuTime, gpu_time_of
 from app.core.progress import Watermarks
 from app.core.relevance import anchor_of, crd_failed_at, disrupted_within, is_relevant, pod_task_failed_at
 from app.core.rules import Rules
@@ -63,6 +64,7 @@ class _Verdict(msgspec.Struct, frozen=True):
     failed_at: datetime
     outcome: Outcome
     carried: tuple[str, ...]
+    gpu: GpuTime  # what the failure cost: its candidate pods' GPU-seconds (issue 30)
 
 
 # --- evidence that may explain a pod's failure (R4, R5, R14) ---------------------------------
@@ -113,15 +115,17 @@ def _crd_verdicts(state: AttemptState, job: JobFacts, rules: Rules) -> list[_Ver
         base = BaseFailure(
             RESTART_FAILURE_CODE, "USER", f"JobSet {job.name} restarted in place after generation {generation}"
         )
-        outcome = _outcome(base, _child_pods(state, job, generation), failed_at, job.namespace, rules)
-        verdicts.append(_Verdict(tracked, generation, False, failed_at, outcome, tuple(carried)))
+        pods = _child_pods(state, job, generation)
+        outcome = _outcome(base, pods, failed_at, job.namespace, rules)
+        verdicts.append(_Verdict(tracked, generation, False, failed_at, outcome, tuple(carried), gpu_time_of(pods, failed_at)))
         carried.append(_carried_line(f"generation {generation}", outcome))
     failed_at = crd_failed_at(job, state.job_failed_seen_at)
     if job.failure is not None and failed_at is not None:
         generation = job.restarts if job.kind == "JobSet" else 0
         base = BaseFailure(job.failure.code, "USER", job.failure.message)
-        outcome = _outcome(base, _child_pods(state, job, generation), failed_at, job.namespace, rules)
-        verdicts.append(_Verdict(tracked, generation, True, failed_at, outcome, tuple(carried)))
+        pods = _child_pods(state, job, generation)
+        outcome = _outcome(base, pods, failed_at, job.namespace, rules)
+        verdicts.append(_Verdict(tracked, generation, True, failed_at, outcome, tuple(carried), gpu_time_of(pods, failed_at)))
     return verdicts
 
 
@@ -144,7 +148,7 @@ def _pod_task_verdicts(state: AttemptState, rules: Rules, bare: bool) -> list[_V
         outcome = _outcome(pod_base_failure(pod), [pod], failed_at, None, rules)
         terminal = index == len(tries) - 1  # R8.2: a newer pod of the attempt makes it non-terminal
         tracked = ObjectRef(kind="Pod", name=pod.name, uid=pod.uid)
-        verdicts.append(_Verdict(tracked, 0, terminal, failed_at, outcome, tuple(carried)))
+        verdicts.append(_Verdict(tracked, 0, terminal, failed_at, outcome, tuple(carried), gpu_time_of((pod,), failed_at)))
         carried.append(_carried_line(f"pod {pod.name}", outcome))
     return verdicts
 
@@ -185,6 +189,7 @@ def _record(ident: AttemptId, verdict: _Verdict, revision: int, rules: Rules) ->
         reasons=reasons,
         revision=revision,
         rules_version=rules.version,
+        gpu_seconds=verdict.gpu.gpu_seconds,
     )
 
 
@@ -242,7 +247,11 @@ def fold_attempt(
         return state, emits
     counted = {f"{v.tracked.uid}/{v.generation}": _counted(v, ident) for v in verdicts}
     if counted != state.counted:
-        emits = [*emits, *failure_changes(ident.cluster, ident.namespace, fact.observed_at, state.counted, counted, rules)]
+        emits = [
+            *emits,
+            *failure_changes(ident.cluster, ident.namespace, fact.observed_at, state.counted, counted, rules),
+            *gpu_time_changes(ident.cluster, fact.observed_at, state.counted, counted, rules),
+        ]
         state = msgspec.structs.replace(state, counted=counted)
     last = state.emitted
     revision = last.revision + 1 if last is not None else 0
@@ -256,7 +265,8 @@ def fold_attempt(
 
 def _counted(v: _Verdict, ident: AttemptId) -> Counted:
     workload_kind = v.tracked.kind if ident.identity == "workload" else ""
-    return Counted(hour_of(v.failed_at), v.outcome.code, v.outcome.kind, v.outcome.gpu_fault is not None, workload_kind)
+    outcome = v.outcome
+    return Counted(hour_of(v.failed_at), outcome.code, outcome.kind, outcome.gpu_fault is not None, workload_kind, v.gpu.gpu_seconds, v.gpu.nodes)
 
 
 def attempt_expired(state: AttemptState, stream_time: datetime, rules: Rules) -> bool:

@@ -8,6 +8,7 @@ counts toward (`app/core/fleet_inputs.py`):
     <cluster>/rate/<hour>/node/<node>        the faults first seen on a node in one hour, by code
     <cluster>/rate/<hour>/gpu/<node>/<gpu>   the same for one GPU
     <cluster>/failures/<ns>/<hour>           failed attempts of a namespace in one hour, by code and kind
+    <cluster>/gpu-time/<node>/<hour>         the GPU-seconds failures of one hour burned on a node (issue 30)
     <cluster>/queue/<ns>/<queue>             a LocalQueue: Kueue evictions, preemptions, readmission waits
 
 Each state is bounded by the settings, not by the fleet: one hour's counts by code (an
@@ -28,6 +29,8 @@ Choices (docs/fleet.md says them for users):
 - Quarantine counts distinct critical fault Events whose first_seen lies within the last
   `window_seconds` of stream time, per node and per GPU.
 - A failure is one (attempt, generation); its latest verdict decides its code and kind.
+- A failure's GPU-seconds (issue 30) count in the hour it failed: by code and kind with the
+  failure rates, and by node (the nodes its pods ran on) and kind apart.
 """
 
 from __future__ import annotations
@@ -41,12 +44,13 @@ from app.core.kueue import PREEMPTION
 from app.core.progress import Watermarks
 from app.core.rules import FleetSettings, Rules
 from app.core.xid import strongest
-from app.model.facts import FailureChange, FaultChange, FaultCount, GangChange
+from app.model.facts import FailureChange, FaultChange, FaultCount, GangChange, GpuTimeChange
 from app.model.fleet_records import (
     FAILURE_RATES,
     GANG_QUEUES,
     GPU_FAULT_RATES,
     NODE_FAULT_RATES,
+    NODE_GPU_TIME,
     PREEMPTION_WAITS,
     QUARANTINE_CANDIDATES,
     CandidateState,
@@ -54,6 +58,7 @@ from app.model.fleet_records import (
     GangQueue,
     GpuFaultRate,
     NodeFaultRate,
+    NodeGpuTime,
     PreemptionWait,
     QuarantineCandidate,
     Scope,
@@ -130,6 +135,8 @@ class FailureCount(msgspec.Struct, frozen=True, gc=False, array_like=True):
     failures: int
     gpu_faults: int
     workload_kind: str = ""  # SPEC R13.3: a workload attempt's object kind; "" under labels
+    gpu_seconds: int = 0  # issue 30: what those failures burned
+    gpu_seconds_unknown: int = 0  # failures whose GPU-seconds are unknown
 
 
 class FailureStats(msgspec.Struct, frozen=True, gc=False, tag="failures"):
@@ -140,6 +147,19 @@ class FailureStats(msgspec.Struct, frozen=True, gc=False, tag="failures"):
     hour: datetime
     latest: datetime = _EPOCH
     counts: tuple[FailureCount, ...] = ()  # by (code, kind, workload kind)
+
+
+class GpuTimeStats(msgspec.Struct, frozen=True, gc=False, tag="gpu-time"):
+    """Issue 30: the GPU-seconds that failures of one UTC hour burned on one node, by kind."""
+
+    cluster: str
+    node: str
+    hour: datetime
+    latest: datetime = _EPOCH
+    failures: int = 0
+    system_failures: int = 0
+    user_gpu_seconds: int = 0
+    system_gpu_seconds: int = 0
 
 
 class QueueBucket(msgspec.Struct, frozen=True, gc=False, array_like=True):
@@ -163,7 +183,7 @@ class QueueStats(msgspec.Struct, frozen=True, gc=False, tag="queue"):
     totals: QueueBucket = QueueBucket(_EPOCH)  # lifetime (counters never go down)
 
 
-FleetStats = SourceStats | RateStats | FailureStats | QueueStats
+FleetStats = SourceStats | RateStats | FailureStats | GpuTimeStats | QueueStats
 
 
 # --- keys ------------------------------------------------------------------------------------
@@ -184,6 +204,10 @@ def rate_key(cluster: str, node: str, gpu: str, hour: datetime) -> str:
 
 def failures_key(cluster: str, namespace: str, hour: datetime) -> str:
     return f"{cluster}/failures/{namespace}/{iso(hour)}"
+
+
+def gpu_time_key(cluster: str, node: str, hour: datetime) -> str:
+    return f"{cluster}/gpu-time/{node}/{iso(hour)}"
 
 
 def queue_name(t: GangTransition) -> str:
@@ -209,7 +233,7 @@ def _horizon(now: datetime, fleet: FleetSettings) -> datetime:
 
 
 def fold_fleet(
-    state: FleetStats | None, key: str, record: FaultChange | FailureChange | GangChange, rules: Rules, marks: Watermarks
+    state: FleetStats | None, key: str, record: FaultChange | FailureChange | GpuTimeChange | GangChange, rules: Rules, marks: Watermarks
 ) -> tuple[FleetStats | None, list[Emit]]:
     fleet = rules.fleet
     if fleet is None:
@@ -220,6 +244,8 @@ def fold_fleet(
         return _on_fault(state if isinstance(state, SourceStats) else None, record, fleet, marks)
     if isinstance(record, FailureChange):
         return _on_failure(state if isinstance(state, FailureStats) else None, record, fleet, marks)
+    if isinstance(record, GpuTimeChange):
+        return _on_gpu_time(state if isinstance(state, GpuTimeStats) else None, record)
     return _on_gang(state if isinstance(state, QueueStats) else None, key, record, fleet, marks)
 
 
@@ -231,7 +257,7 @@ def settle_fleet(state: FleetStats, key: str, rules: Rules, marks: Watermarks) -
     now = _now(state, marks)
     if isinstance(state, SourceStats):
         return _slide(state, now, fleet)
-    if isinstance(state, RateStats):
+    if isinstance(state, RateStats | GpuTimeStats):
         return state, []
     return _sweep(state, now, fleet), []
 
@@ -255,7 +281,7 @@ def fleet_expired(state: FleetStats, stream_time: datetime, rules: Rules) -> boo
     horizon = _horizon(stream_time, fleet)
     if isinstance(state, SourceStats):
         return not state.hits and state.candidate_since is None
-    if isinstance(state, RateStats | FailureStats):
+    if isinstance(state, RateStats | FailureStats | GpuTimeStats):
         return state.hour < horizon
     return not state.waiting and all(b.hour < horizon for b in state.buckets)
 
@@ -430,16 +456,50 @@ def _on_failure(
     counts = {(c.code, c.kind, c.workload_kind): c for c in state.counts}
     which = (change.code, change.kind, change.workload_kind)
     known = counts.get(which) or FailureCount(*which[:2], 0, 0, change.workload_kind)
-    counts[which] = FailureCount(change.code, change.kind, known.failures + change.failures, known.gpu_faults + change.gpu_faults, change.workload_kind)
+    counts[which] = FailureCount(
+        change.code,
+        change.kind,
+        known.failures + change.failures,
+        known.gpu_faults + change.gpu_faults,
+        change.workload_kind,
+        known.gpu_seconds + change.gpu_seconds,
+        known.gpu_seconds_unknown + change.gpu_seconds_unknown,
+    )
     state = msgspec.structs.replace(state, counts=tuple(counts[k] for k in sorted(counts)))
     count = counts[which]
     key = f"{state.cluster}/{state.namespace}/{iso(state.hour)}/{count.code}/{count.kind}"
     if count.workload_kind:
         key += f"/{count.workload_kind}"  # under labels, the key is as before SPEC R13
     record = FailureRate(
-        key, state.cluster, state.namespace, state.hour, count.code, count.kind, count.failures, count.gpu_faults, count.workload_kind
-    )
+        key, state.cluster, state.namespace, state.hour, count.code, count.kind, count.failures, count.gpu_faults, count.workload_kind,
+        count.gpu_seconds, count.gpu_seconds_unknown,
+    )  # fmt: skip
     return state, [Emit(FAILURE_RATES, key, record)]
+
+
+# --- verdicts: GPU time by node (issue 30) --------------------------------------------------
+
+
+def _on_gpu_time(state: GpuTimeStats | None, change: GpuTimeChange) -> tuple[GpuTimeStats | None, list[Emit]]:
+    """A failure's GPU-seconds on this node counted in or out of its hour, by kind."""
+    if state is None:
+        if change.failures < 0:
+            return None, []  # counted out of an hour no longer kept
+        state = GpuTimeStats(change.cluster, change.node, change.hour)
+    system = change.kind == "SYSTEM"
+    state = msgspec.structs.replace(
+        state,
+        latest=max(state.latest, change.observed_at),
+        failures=state.failures + change.failures,
+        system_failures=state.system_failures + (change.failures if system else 0),
+        user_gpu_seconds=state.user_gpu_seconds + (0 if system else change.gpu_seconds),
+        system_gpu_seconds=state.system_gpu_seconds + (change.gpu_seconds if system else 0),
+    )
+    key = f"{state.cluster}/{state.node}/{iso(state.hour)}"
+    record = NodeGpuTime(
+        key, state.cluster, state.node, state.hour, state.failures, state.system_failures, state.user_gpu_seconds, state.system_gpu_seconds
+    )
+    return state, [Emit(NODE_GPU_TIME, key, record)]
 
 
 # --- gang transitions: preemptions and waits per queue ----------------------------------------

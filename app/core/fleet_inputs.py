@@ -10,9 +10,9 @@ from datetime import datetime
 import msgspec
 
 from app.core.emit import Emit
-from app.core.fleet_fold import failures_key, gpu_key, hour_of, node_key, queue_key, rate_key
+from app.core.fleet_fold import failures_key, gpu_key, gpu_time_key, hour_of, node_key, queue_key, rate_key
 from app.core.rules import Rules
-from app.model.facts import FLEET_INPUTS, Counted, FailureChange, FaultChange, FaultCount, GangChange
+from app.model.facts import FLEET_INPUTS, Counted, FailureChange, FaultChange, FaultCount, GangChange, GpuTimeChange
 from app.model.records import ClassifiedFailure, GangTransition, GpuFault
 
 UNKNOWN_NODE = "unknown-node"  # a trusted fault of a pod with no node (node trust off)
@@ -56,7 +56,9 @@ def fault_changes(
 
 
 def counted_failure(v: ClassifiedFailure) -> Counted:
-    return Counted(hour_of(v.failed_at), v.code, v.kind, v.gpu_fault is not None, v.tracked.kind if v.identity == "workload" else "")
+    """How a verdict counts, as far as the record tells (its GPU-seconds' nodes it does not)."""
+    workload_kind = v.tracked.kind if v.identity == "workload" else ""
+    return Counted(hour_of(v.failed_at), v.code, v.kind, v.gpu_fault is not None, workload_kind, v.gpu_seconds)
 
 
 def failure_changes(
@@ -75,11 +77,35 @@ def failure_changes(
             continue
         for counted, sign in ((old, -1), (new, 1)):
             if counted is not None:
+                seconds = counted.gpu_seconds
                 change = FailureChange(
                     cluster, observed_at, namespace, counted.hour, counted.code, counted.kind, sign, sign if counted.gpu_fault else 0,
-                    counted.workload_kind,
+                    counted.workload_kind, sign * (seconds or 0), sign if seconds is None else 0,
                 )
                 out.append(Emit(FLEET_INPUTS, failures_key(cluster, namespace, counted.hour), change))
+    return out
+
+
+def _on_nodes(counted: Counted | None) -> tuple | None:
+    return (counted.hour, counted.kind, counted.nodes) if counted is not None and counted.nodes else None
+
+
+def gpu_time_changes(cluster: str, observed_at: datetime, before: dict[str, Counted], after: dict[str, Counted], rules: Rules) -> list[Emit]:
+    """Issue 30: a failure's GPU-seconds on each node its pods ran on, in the hour of the
+    failure by its verdict's kind; like `failure_changes`, what changed (out, then in)."""
+    if rules.fleet is None:
+        return []
+    out = []
+    for failure in sorted(before.keys() | after.keys()):
+        old, new = before.get(failure), after.get(failure)
+        if _on_nodes(old) == _on_nodes(new):
+            continue  # e.g. only its code changed: its nodes' hours count the same
+        for counted, sign in ((old, -1), (new, 1)):
+            if counted is None:
+                continue
+            for part in counted.nodes:
+                change = GpuTimeChange(cluster, observed_at, part.node, counted.hour, counted.kind, sign, sign * part.gpu_seconds)
+                out.append(Emit(FLEET_INPUTS, gpu_time_key(cluster, part.node, counted.hour), change))
     return out
 
 

@@ -26,6 +26,7 @@ from app.model.fleet_records import (
     GangQueue,
     GpuFaultRate,
     NodeFaultRate,
+    NodeGpuTime,
     PreemptionWait,
     QuarantineCandidate,
 )
@@ -52,6 +53,7 @@ class VerdictRow(msgspec.Struct, frozen=True):
     message: str
     attempt: str = ""  # as people see it: the key, or a workload's kind and name (SPEC R13.3)
     identity: Identity = "labels"
+    gpu_seconds: int | None = None  # what the failure cost (issue 30); None: unknown
 
 
 class FleetState(msgspec.Struct):
@@ -67,6 +69,7 @@ class FleetState(msgspec.Struct):
     candidates: dict[str, QuarantineCandidate] = {}  # latest per node or GPU, candidate or cleared
     quarantine_log: list[QuarantineCandidate] = []  # newest first
     failures: dict[str, FailureRate] = {}
+    gpu_time: dict[str, NodeGpuTime] = {}  # GPU-seconds failures burned per node-hour (issue 30)
     waits: dict[str, PreemptionWait] = {}
     queues: dict[str, GangQueue] = {}
     stuck: dict[str, StuckReadmission] = {}  # waits past max_readmission_wait now (SPEC R15.4)
@@ -89,6 +92,8 @@ def read(state: FleetState, emit: Emit, settings: FleetSettings = DEFAULT_FLEET)
         _keep(state, state.gpus, emit.key, value, value.last_fault_at or value.hour, settings)
     elif isinstance(value, FailureRate):
         _keep(state, state.failures, emit.key, value, value.hour, settings)
+    elif isinstance(value, NodeGpuTime):
+        _keep(state, state.gpu_time, emit.key, value, value.hour, settings)
     elif isinstance(value, PreemptionWait):
         _keep(state, state.waits, emit.key, value, value.hour, settings)
     elif isinstance(value, GangQueue):
@@ -138,7 +143,7 @@ def _advance(state: FleetState, cluster: str, at: datetime, settings: FleetSetti
     if now is not None and hour_of(at) == hour_of(now):
         return
     oldest = horizon(at, settings)
-    for table in (state.nodes, state.gpus, state.failures, state.waits):
+    for table in (state.nodes, state.gpus, state.failures, state.gpu_time, state.waits):
         for key in [k for k, r in table.items() if r.cluster == cluster and r.hour < oldest]:
             del table[key]
 
@@ -170,6 +175,7 @@ def _recent(state: FleetState, v: ClassifiedFailure, settings: FleetSettings) ->
         message=v.message[:500],
         attempt=attempt_name(v),
         identity=v.identity,
+        gpu_seconds=v.gpu_seconds,
     )
     rows = [row, *(r for r in state.recent if r.key != v.key)]
     rows.sort(key=lambda r: (r.failed_at, r.key), reverse=True)  # newest first, whatever the read order

@@ -39,6 +39,9 @@ class HourPoint(msgspec.Struct, frozen=True):
     critical: int
     failures: int
     system_failures: int
+    # GPU-seconds failures of that hour burned (issue 30), by their verdicts' kind.
+    user_gpu_seconds: int = 0
+    system_gpu_seconds: int = 0
 
 
 class SourceRow(msgspec.Struct, frozen=True):
@@ -81,6 +84,29 @@ class FailureRow(msgspec.Struct, frozen=True):
     failures: int
     gpu_faults: int
     last_hour: datetime
+    gpu_seconds: int = 0  # what they burned (issue 30)
+    gpu_seconds_unknown: int = 0  # failures whose GPU-seconds are unknown
+
+
+class CostRow(msgspec.Struct, frozen=True):
+    """GPU-seconds that failures burned over the history kept (issue 30), for one code, one
+    namespace or one node, by the kind of their current verdicts."""
+
+    key: str  # the code, `<cluster>/<namespace>` or `<cluster>/<node>`
+    failures: int
+    system_failures: int
+    gpu_seconds: int
+    user_gpu_seconds: int
+    system_gpu_seconds: int
+    gpu_seconds_unknown: int = 0  # failures whose GPU-seconds are unknown (never on a node: not attributed)
+
+
+class GpuCost(msgspec.Struct, frozen=True):
+    """What failures cost (issue 30): GPU-seconds by code, by namespace and by node, most first."""
+
+    by_code: list[CostRow] = []
+    by_namespace: list[CostRow] = []
+    by_node: list[CostRow] = []
 
 
 class QueueRow(msgspec.Struct, frozen=True):
@@ -119,6 +145,11 @@ class Totals(msgspec.Struct, frozen=True):
     nodes: int
     gpus: int
     dead_letters: int
+    # Issue 30: GPU-seconds failures burned, by kind; failures whose cost is unknown.
+    gpu_seconds: int = 0
+    system_gpu_seconds: int = 0
+    user_gpu_seconds: int = 0
+    gpu_seconds_unknown: int = 0
 
 
 class FleetSummary(msgspec.Struct, frozen=True):
@@ -138,6 +169,7 @@ class FleetSummary(msgspec.Struct, frozen=True):
     queues: list[QueueRow]
     recent: list[VerdictRow]
     stuck: list[StuckRow] = []
+    cost: GpuCost = msgspec.field(default_factory=GpuCost)
 
 
 def _is_candidate(state: FleetState, scope: Scope, cluster: str, node: str, gpu: str) -> bool:
@@ -227,9 +259,12 @@ def failure_rows(state: FleetState) -> list[FailureRow]:
     for record in state.failures.values():
         grouped.setdefault((record.cluster, record.namespace, record.code, record.kind), []).append(record)
     rows = [
-        FailureRow(c, ns, code, kind, sum(r.failures for r in rs), sum(r.gpu_faults for r in rs), max(r.hour for r in rs))
+        FailureRow(
+            c, ns, code, kind, sum(r.failures for r in rs), sum(r.gpu_faults for r in rs), max(r.hour for r in rs),
+            sum(r.gpu_seconds for r in rs), sum(r.gpu_seconds_unknown for r in rs),
+        )
         for (c, ns, code, kind), rs in grouped.items()
-    ]
+    ]  # fmt: skip
     return sorted((r for r in rows if r.failures > 0), key=lambda r: (-r.failures, r.cluster, r.namespace, r.code, r.kind))
 
 
@@ -274,9 +309,11 @@ def hour_points(state: FleetState, settings: FleetSettings = DEFAULT_FLEET) -> l
         counts["CRITICAL"] += rate.critical
     failures: dict[datetime, list[int]] = {}
     for record in state.failures.values():
-        row = failures.setdefault(record.hour, [0, 0])
+        row = failures.setdefault(record.hour, [0, 0, 0, 0])
+        system = record.kind == "SYSTEM"
         row[0] += record.failures
-        row[1] += record.failures if record.kind == "SYSTEM" else 0
+        row[1] += record.failures if system else 0
+        row[2 + system] += record.gpu_seconds  # user, then system GPU-seconds (issue 30)
     last = hour_of(state.stream_time)
     first = min([*faults, *failures], default=last)
     first = max(first, oldest_hour(state, settings) or horizon(state.stream_time, settings))  # each cluster's own history
@@ -284,10 +321,58 @@ def hour_points(state: FleetState, settings: FleetSettings = DEFAULT_FLEET) -> l
     hour = first
     while hour <= last:
         sev = faults.get(hour, dict.fromkeys(SEVERITIES, 0))
-        fail = failures.get(hour, [0, 0])
-        points.append(HourPoint(hour, sev["USER"], sev["WARN"], sev["CRITICAL"], fail[0], fail[1]))
+        fail = failures.get(hour, [0, 0, 0, 0])
+        points.append(HourPoint(hour, sev["USER"], sev["WARN"], sev["CRITICAL"], fail[0], fail[1], fail[2], fail[3]))
         hour += timedelta(hours=1)
     return points
+
+
+# --- what failures cost (issue 30) -------------------------------------------------------------
+
+
+def _cost_rows(parts: dict[str, list[int]]) -> list[CostRow]:
+    """[failures, system failures, user GPU-s, system GPU-s, unknown] per key -> rows, most GPU-seconds first."""
+    rows = [CostRow(key, f, sf, us + ss, us, ss, unknown) for key, (f, sf, us, ss, unknown) in parts.items() if f > 0]
+    return sorted(rows, key=lambda r: (-r.gpu_seconds, -r.failures, r.key))
+
+
+def _add_cost(parts: dict[str, list[int]], key: str, failures: int, system: bool, gpu_seconds: int, unknown: int) -> None:
+    row = parts.setdefault(key, [0, 0, 0, 0, 0])
+    row[0] += failures
+    row[1] += failures if system else 0
+    row[2 + system] += gpu_seconds
+    row[4] += unknown
+
+
+def cost_by_code(state: FleetState) -> list[CostRow]:
+    """GPU-seconds failures burned by their verdicts' code (over every cluster and namespace)."""
+    parts: dict[str, list[int]] = {}
+    for r in state.failures.values():
+        _add_cost(parts, r.code, r.failures, r.kind == "SYSTEM", r.gpu_seconds, r.gpu_seconds_unknown)
+    return _cost_rows(parts)
+
+
+def cost_by_namespace(state: FleetState) -> list[CostRow]:
+    parts: dict[str, list[int]] = {}
+    for r in state.failures.values():
+        _add_cost(parts, f"{r.cluster}/{r.namespace}", r.failures, r.kind == "SYSTEM", r.gpu_seconds, r.gpu_seconds_unknown)
+    return _cost_rows(parts)
+
+
+def cost_by_node(state: FleetState) -> list[CostRow]:
+    """GPU-seconds failures burned on each node, by the node their pods ran on."""
+    parts: dict[str, list[int]] = {}
+    for r in state.gpu_time.values():
+        row = parts.setdefault(f"{r.cluster}/{r.node}", [0, 0, 0, 0, 0])
+        row[0] += r.failures
+        row[1] += r.system_failures
+        row[2] += r.user_gpu_seconds
+        row[3] += r.system_gpu_seconds
+    return _cost_rows(parts)
+
+
+def gpu_cost(state: FleetState, top: int | None = None) -> GpuCost:
+    return GpuCost(cost_by_code(state)[:top], cost_by_namespace(state)[:top], cost_by_node(state)[:top])
 
 
 def recent_verdicts(state: FleetState, limit: int | None = None) -> list[VerdictRow]:
@@ -306,6 +391,7 @@ def severity_totals(state: FleetState) -> dict[str, int]:
 
 def fleet_summary(state: FleetState, settings: FleetSettings = DEFAULT_FLEET, top: int = 10) -> FleetSummary:
     nodes, gpus, failures = node_rows(state), gpu_rows(state), failure_rows(state)
+    all_failures = list(state.failures.values())
     failed = sum(r.failures for r in failures)
     system = sum(r.failures for r in failures if r.kind == "SYSTEM")
     totals = Totals(
@@ -320,6 +406,10 @@ def fleet_summary(state: FleetState, settings: FleetSettings = DEFAULT_FLEET, to
         nodes=len(nodes),
         gpus=len(gpus),
         dead_letters=state.dead_letters,
+        gpu_seconds=sum(r.gpu_seconds for r in all_failures),
+        system_gpu_seconds=sum(r.gpu_seconds for r in all_failures if r.kind == "SYSTEM"),
+        user_gpu_seconds=sum(r.gpu_seconds for r in all_failures if r.kind == "USER"),
+        gpu_seconds_unknown=sum(r.gpu_seconds_unknown for r in all_failures),
     )
     return FleetSummary(
         stream_time=state.stream_time,
@@ -336,6 +426,7 @@ def fleet_summary(state: FleetState, settings: FleetSettings = DEFAULT_FLEET, to
         queues=queue_rows(state),
         recent=state.recent[:top],
         stuck=stuck_rows(state),
+        cost=gpu_cost(state, top),
     )
 
 

@@ -30,6 +30,7 @@ from app.core.device_health import (
 from app.core.emit import Emit, dropped
 from app.core.fault_events import FaultEvent, fault_event_of, is_trusted, merge_updates
 from app.core.fleet_inputs import fault_changes
+from app.core.gpu_time import gpus_requested, started_at_of
 from app.core.progress import Watermarks
 from app.core.rules import Rules
 from app.core.workload import WORKLOAD_POD_LABELS, controller_of, joining_controller, requests_gpu
@@ -134,6 +135,8 @@ def pod_facts_of(
         failed_observed_at=failed_at,
         deleted=change == "DELETED" or (previous is not None and previous.deleted),
         disruption=disruption_of(pod, observed_at, previous.disruption if previous is not None else None, trim),
+        gpus=gpus_requested(pod.spec, rules),  # issue 30: one bounded number, never the resources
+        started_at=started_at_of(pod, observed_at, previous.started_at if previous is not None else None),
     )
 
 

@@ -125,6 +125,10 @@ class PodFacts(msgspec.Struct, frozen=True, omit_defaults=True, gc=False, tag="P
     deleted: bool = False
     faults: tuple[AttributedFault, ...] = ()  # trusted fault Events, then device-health faults (R14.2)
     disruption: PodDisruption | None = None  # R14.1
+    # Issue 30 (docs/fleet.md, *GPU time*): the GPUs it requested (one bounded number, never
+    # the resources) and the earliest container start its records showed.
+    gpus: int = 0
+    started_at: datetime | None = None
 
 
 class CrdFailure(msgspec.Struct, frozen=True):
@@ -224,15 +228,25 @@ class FaultChange(msgspec.Struct, frozen=True, gc=False, tag="FaultChange", tag_
     hour: Timestamp | None = None
 
 
+class NodeGpuSeconds(msgspec.Struct, frozen=True, gc=False, array_like=True):
+    """The part of a failure's GPU-seconds its pods ran on one node (issue 30)."""
+
+    node: str
+    gpu_seconds: int
+
+
 class Counted(msgspec.Struct, frozen=True, gc=False, array_like=True):
     """How one failure (an attempt's generation, or one try of a pod task) counts in the
-    fleet's failure rates: by its verdict's hour, code and kind."""
+    fleet's failure rates: by its verdict's hour, code and kind; and its GPU-seconds
+    (issue 30: None when a pod's start is unknown), in all and by node."""
 
     hour: Timestamp
     code: str
     kind: ErrorKind
     gpu_fault: bool
     workload_kind: str = ""  # a workload attempt's object kind (SPEC R13.3); "" under labels
+    gpu_seconds: int | None = 0
+    nodes: tuple[NodeGpuSeconds, ...] = ()  # by node name, the nodes its GPU-seconds ran on
 
 
 class FailureChange(msgspec.Struct, frozen=True, gc=False, tag="FailureChange", tag_field="fact"):
@@ -248,6 +262,21 @@ class FailureChange(msgspec.Struct, frozen=True, gc=False, tag="FailureChange", 
     failures: int
     gpu_faults: int  # of those, verdicts naming a GPU fault
     workload_kind: str = ""  # a workload attempt's object kind (TrainJob, Job, Pod, ...); "" under labels
+    gpu_seconds: int = 0  # issue 30: their GPU-seconds, with the sign of `failures`
+    gpu_seconds_unknown: int = 0  # of those, failures whose GPU-seconds are unknown (a pod's start)
+
+
+class GpuTimeChange(msgspec.Struct, frozen=True, gc=False, tag="GpuTimeChange", tag_field="fact"):
+    """Issue 30: a failure's GPU-seconds on one node counted in (`failures` +1) or out (-1)
+    of that node's hour (the hour of the failure), by its current verdict's kind."""
+
+    cluster: str
+    observed_at: Timestamp
+    node: str
+    hour: Timestamp
+    kind: ErrorKind
+    failures: int
+    gpu_seconds: int  # with the sign of `failures`
 
 
 class GangChange(msgspec.Struct, frozen=True, gc=False, tag="GangChange", tag_field="fact"):
@@ -263,4 +292,4 @@ class GangChange(msgspec.Struct, frozen=True, gc=False, tag="GangChange", tag_fi
 
 AttemptInput = AttemptFact | Progress  # a faultline.attempt-facts value
 GangStageInput = GangInput | Progress  # a faultline.gang-inputs value
-FleetInput = FaultChange | FailureChange | GangChange | Progress  # a faultline.fleet-inputs value
+FleetInput = FaultChange | FailureChange | GpuTimeChange | GangChange | Progress  # a faultline.fleet-inputs value

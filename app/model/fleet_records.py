@@ -22,7 +22,8 @@ QUARANTINE_CANDIDATES = "faultline.quarantine-candidates"
 FAILURE_RATES = "faultline.failure-rates"
 PREEMPTION_WAITS = "faultline.preemption-waits"
 GANG_QUEUES = "faultline.gang-queues"
-DERIVED_TOPICS = (NODE_FAULT_RATES, GPU_FAULT_RATES, QUARANTINE_CANDIDATES, FAILURE_RATES, PREEMPTION_WAITS, GANG_QUEUES)
+NODE_GPU_TIME = "faultline.node-gpu-time"  # issue 30: GPU-seconds failures burned, by node
+DERIVED_TOPICS = (NODE_FAULT_RATES, GPU_FAULT_RATES, QUARANTINE_CANDIDATES, FAILURE_RATES, PREEMPTION_WAITS, GANG_QUEUES, NODE_GPU_TIME)
 
 Scope = Literal["node", "gpu"]
 CandidateState = Literal["candidate", "cleared"]
@@ -116,7 +117,9 @@ class FailureRate(_Record, tag="faultline.FailureRate/v1", tag_field="schema"):
     """`faultline.failure-rates`, key `<cluster>/<namespace>/<hour>/<code>/<kind>`
     (`/<workload_kind>` after it for workload attempts): failures whose current verdict
     has this code and kind, by the hour of `failed_at`. A revision that changes the code
-    moves the failure (both buckets are re-emitted)."""
+    moves the failure (both buckets are re-emitted). `gpu_seconds` and
+    `gpu_seconds_unknown` (issue 30, added to v1, optional): the GPU-seconds those failures
+    burned (their verdicts' `gpu_seconds`), and how many of them have none known."""
 
     key: str
     cluster: str
@@ -129,6 +132,24 @@ class FailureRate(_Record, tag="faultline.FailureRate/v1", tag_field="schema"):
     # SPEC R13.3: the object kind of workload attempts (TrainJob, JobSet, Job, Pod, ...);
     # "" for attempts under the orchestrator's labels (the only ones before R13).
     workload_kind: str = ""
+    gpu_seconds: int = 0
+    gpu_seconds_unknown: int = 0
+
+
+class NodeGpuTime(_Record, tag="faultline.NodeGpuTime/v1", tag_field="schema"):
+    """`faultline.node-gpu-time`, key `<cluster>/<node>/<hour>` (issue 30): the GPU-seconds
+    that failures of that hour (by `failed_at`) burned on the node, by their current
+    verdict's kind: what each failure's pods on that node requested times how long they
+    ran. `failures`: the failures with GPU time on the node; `system_failures` of them SYSTEM."""
+
+    key: str
+    cluster: str
+    node: str
+    hour: Timestamp
+    failures: int
+    system_failures: int
+    user_gpu_seconds: int
+    system_gpu_seconds: int
 
 
 class PreemptionWait(_Record, tag="faultline.PreemptionWait/v1", tag_field="schema"):
@@ -164,5 +185,5 @@ class GangQueue(_Record, tag="faultline.GangQueue/v1", tag_field="schema"):
     wait_seconds_total: float
 
 
-DerivedRecord = NodeFaultRate | GpuFaultRate | QuarantineCandidate | FailureRate | PreemptionWait | GangQueue
-DERIVED_RECORD_TYPES: tuple[type, ...] = (NodeFaultRate, GpuFaultRate, QuarantineCandidate, FailureRate, PreemptionWait, GangQueue)
+DerivedRecord = NodeFaultRate | GpuFaultRate | QuarantineCandidate | FailureRate | PreemptionWait | GangQueue | NodeGpuTime
+DERIVED_RECORD_TYPES: tuple[type, ...] = (NodeFaultRate, GpuFaultRate, QuarantineCandidate, FailureRate, PreemptionWait, GangQueue, NodeGpuTime)

@@ -54,6 +54,7 @@ class TerminatedState(_View):
     exit_code: int = 0
     reason: str = ""
     message: str = ""
+    started_at: Timestamp | None = None  # issue 30: when it ran (GPU-seconds)
     finished_at: Timestamp | None = None
 
 
@@ -90,11 +91,21 @@ class ContainerStatus(_View):
     allocated_resources_status: list[ResourceStatus] = []  # R14.2: written by the kubelet
 
 
+class ContainerClaim(_View):
+    """core/v1 ResourceClaim (kubernetes/api core/v1/types.go): a container's use of one of
+    the pod's DRA claims, `request` naming one request of it ("" = all of the claim)."""
+
+    name: str = ""
+    request: str = ""
+
+
 class ResourceRequirements(_View):
-    """Only the names are read (SPEC R13.2: does it request a GPU?); a quantity stays raw."""
+    """The names are read (SPEC R13.2: does it request a GPU?); a quantity stays raw until
+    issue 30's accounting derives one bounded number from it (app/core/gpu_time.py)."""
 
     limits: dict[str, msgspec.Raw] = {}
     requests: dict[str, msgspec.Raw] = {}
+    claims: list[ContainerClaim] = []  # DRA: which of the pod's claims (and requests) it uses
 
 
 class Container(_View):
