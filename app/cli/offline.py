@@ -31,7 +31,7 @@ from app.model.records import (
     ClassifiedFailure,
     GangTransition,
 )
-from app.replay.diff import ReplayRecord, diff, final_verdicts
+from app.replay.diff import ReplayRecord, cost_of, diff, final_verdicts
 from app.replay.pipeline import Pipeline
 from app.replay.trace import OutputLine, encode_output, read_lines, replay
 from app.rulefile import rules_document
@@ -76,6 +76,8 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--base", required=True, help="replay output: a JSON Lines file from `faultline replay`, or kafka:TOPIC")
     p.add_argument("--candidate", required=True, help="replay output to compare with the base (file or kafka:TOPIC)")
     p.add_argument("--format", choices=["text", "json"], default="text", help="text for people (default), json for machines")
+    p.add_argument("--cost", action="store_true", help="also say what the change is worth: the GPU-hours moving between USER and SYSTEM and between codes")
+    p.add_argument("--top", type=int, default=10, metavar="N", help="with --cost: the N attempts moving the most GPU-hours (default 10)")
     p.set_defaults(run=run_diff)
 
     p = commands.add_parser("schemas", help="write (or --check) the JSON Schemas of every output record")
@@ -169,7 +171,12 @@ def _replay_output(source: str, args: argparse.Namespace) -> dict[str, Classifie
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    result = diff(_replay_output(args.base, args), _replay_output(args.candidate, args))
+    if args.top < 1:
+        raise CommandError(f"--top {args.top} is not valid: give the number of attempts to list, 1 or more", 2)
+    base, candidate = _replay_output(args.base, args), _replay_output(args.candidate, args)
+    result = diff(base, candidate)
+    if args.cost:
+        result = msgspec.structs.replace(result, cost=cost_of(result, base, candidate, args.top))
     if args.format == "json":
         sys.stdout.buffer.write(msgspec.json.encode(result) + b"\n")
     else:

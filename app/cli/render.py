@@ -13,9 +13,9 @@ from datetime import datetime
 
 from app.core.attempt import attempt_name as _attempt_name
 from app.core.fleet_fold import fault_label
-from app.core.fleet_summary import FleetSummary, SourceRow
+from app.core.fleet_summary import CostRow, FleetSummary, SourceRow
 from app.model.records import ClassifiedFailure, GangTransition, GpuFault
-from app.replay.diff import Diff
+from app.replay.diff import Cost, Diff, moved_gpu_seconds
 
 REASON_WIDTH = 100
 
@@ -43,7 +43,7 @@ class Columns:
 def table(header: tuple[str, ...], rows: Iterable[tuple[object, ...]]) -> list[str]:
     """A whole table: numbers right-aligned, empty cells as '-'."""
     cells = [tuple("-" if c is None or c == "" else str(c) for c in row) for row in rows]
-    numeric = [bool(cells) and all(row[i].isdigit() or row[i] == "-" for row in cells) for i in range(len(header))]
+    numeric = [bool(cells) and all(row[i].replace(".", "", 1).isdigit() or row[i] == "-" for row in cells) for i in range(len(header))]
     columns = Columns(header, numeric=numeric)
     columns.fit(cells)
     return [columns.head(), *(columns.line(row) for row in cells)]
@@ -58,6 +58,11 @@ def _window(seconds: int) -> str:
         if seconds % size == 0:
             return f"{seconds // size}{unit}"
     return f"{seconds}s"
+
+
+def gpu_hours(seconds: int | None) -> str:
+    """GPU-seconds as GPU-hours, one decimal (issue 30); '-' when unknown."""
+    return "-" if seconds is None else f"{seconds / 3600:.1f}"
 
 
 def reasons(lines: Iterable[str], indent: int = 4) -> list[str]:
@@ -86,14 +91,15 @@ def attempt_name(record: ClassifiedFailure | GangTransition) -> str:
     return _attempt_name(record)
 
 
-VERDICT_HEADER = ("ATTEMPT", "CODE", "KIND", "GPU FAULT", "POD", "")
+VERDICT_HEADER = ("ATTEMPT", "CODE", "KIND", "GPU-H", "GPU FAULT", "POD", "")
 # Wide enough for the usual attempt keys and codes, so rows printed as they come line up.
-VERDICT_MINIMUM = (40, 20, 6, 28, 20, 0)
+VERDICT_MINIMUM = (40, 20, 6, 5, 28, 20, 0)
 
 
 def _verdict_cells(v: ClassifiedFailure) -> tuple[str, ...]:
     state = "" if v.terminal else f"restarted in place (generation {v.generation})"
-    return (attempt_name(v), v.code, v.kind, fault_text(v.gpu_fault), v.faulted_pod.name if v.faulted_pod else "-", state)
+    pod = v.faulted_pod.name if v.faulted_pod else "-"
+    return (attempt_name(v), v.code, v.kind, gpu_hours(v.gpu_seconds), fault_text(v.gpu_fault), pod, state)
 
 
 def verdict_lines(v: ClassifiedFailure, columns: Columns) -> list[str]:
@@ -102,7 +108,7 @@ def verdict_lines(v: ClassifiedFailure, columns: Columns) -> list[str]:
 
 
 def verdict_table(verdicts: list[ClassifiedFailure]) -> list[str]:
-    columns = Columns(VERDICT_HEADER)
+    columns = Columns(VERDICT_HEADER, numeric=[h == "GPU-H" for h in VERDICT_HEADER])
     columns.fit(_verdict_cells(v) for v in verdicts)
     lines = [columns.head()]
     for v in verdicts:
@@ -148,7 +154,7 @@ def fleet_lines(summary: FleetSummary) -> list[str]:
         f"quarantine: >= {summary.threshold} critical faults in {_window(summary.window_seconds)})",
         f"faults {t.faults} (critical {t.severity.critical}, user {t.severity.user}, warn {t.severity.warn}; {t.occurrences} occurrences) "
         f"on {t.nodes} node(s), {t.gpus} GPU(s); failures {t.failures} (system {t.system_failures}, user {t.user_failures}; "
-        f"{t.gpu_failures} with a GPU fault); dead letters {t.dead_letters}",
+        f"{t.gpu_failures} with a GPU fault; {gpu_hours(t.gpu_seconds)} GPU-hours lost); dead letters {t.dead_letters}",
     ]
     lines += ["", "QUARANTINE CANDIDATES"]
     if summary.quarantine:
@@ -164,9 +170,10 @@ def fleet_lines(summary: FleetSummary) -> list[str]:
     lines += table(("NODE", "GPU", "FAULTS", "CRITICAL", "USER", "WARN", "OCCURRENCES", "TOP", "LAST FAULT"), _source_rows(summary.gpus, True)) if summary.gpus else ["none"]
     lines += ["", "FAILURES BY CODE AND KIND"]
     lines += table(
-        ("CLUSTER", "NAMESPACE", "CODE", "KIND", "FAILURES", "WITH GPU FAULT"),
-        ((r.cluster, r.namespace, r.code, r.kind, r.failures, r.gpu_faults) for r in summary.failures),
+        ("CLUSTER", "NAMESPACE", "CODE", "KIND", "FAILURES", "WITH GPU FAULT", "GPU-HOURS"),
+        ((r.cluster, r.namespace, r.code, r.kind, r.failures, r.gpu_faults, gpu_hours(r.gpu_seconds)) for r in summary.failures),
     ) if summary.failures else ["none"]  # fmt: skip
+    lines += ["", *cost_lines(summary)]
     if summary.queues:
         lines += ["", "GANG PREEMPTIONS (queue = namespace until transitions carry the queue name)"]
         lines += table(
@@ -181,6 +188,31 @@ def fleet_lines(summary: FleetSummary) -> list[str]:
     return lines
 
 
+def _cost_table(what: str, rows: list[CostRow]) -> list[str]:
+    return table(
+        (what, "FAILURES", "SYSTEM", "GPU-HOURS", "SYSTEM GPU-H", "USER GPU-H"),
+        ((r.key, r.failures, r.system_failures, gpu_hours(r.gpu_seconds), gpu_hours(r.system_gpu_seconds), gpu_hours(r.user_gpu_seconds))
+         for r in rows),
+    )  # fmt: skip
+
+
+def cost_lines(summary: FleetSummary) -> list[str]:
+    """GPU-hours failures burned (issue 30): in all by kind, then by code, node and namespace."""
+    t, cost = summary.totals, summary.cost
+    unknown = f"; {t.gpu_seconds_unknown} failure(s) whose pods' start is unknown" if t.gpu_seconds_unknown else ""
+    lines = [
+        f"GPU-HOURS LOST BY CODE  ({gpu_hours(t.gpu_seconds)} in all: system {gpu_hours(t.system_gpu_seconds)}, "
+        f"user {gpu_hours(t.user_gpu_seconds)}{unknown})"
+    ]
+    if not cost.by_code:
+        return [*lines, "none"]
+    lines += _cost_table("CODE", cost.by_code)
+    if cost.by_node:
+        lines += ["", "GPU-HOURS LOST BY NODE (the nodes the failed pods ran on)", *_cost_table("NODE", cost.by_node)]
+    lines += ["", "GPU-HOURS LOST BY NAMESPACE", *_cost_table("NAMESPACE", cost.by_namespace)]
+    return lines
+
+
 # --- replay diffs -----------------------------------------------------------------------------
 
 
@@ -189,7 +221,9 @@ def diff_lines(result: Diff) -> list[str]:
         f"base rules: {', '.join(result.base_rules) or '-'}    candidate rules: {', '.join(result.candidate_rules) or '-'}",
         f"{len(result.changes)} of {result.attempts_compared} attempts changed",
     ]
-    if result.transitions:
+    if result.cost is not None:
+        lines += ["", *cost_diff_lines(result.cost)]
+    elif result.transitions:
         lines.append("")
         lines += table(("VERDICT CHANGE", "COUNT"), result.transitions.items())
     for change in result.changes:
@@ -201,4 +235,22 @@ def diff_lines(result: Diff) -> list[str]:
             text = "(no verdict)" if v is None else f"{v.code} {v.kind}  {said}" + (f"  pod {v.faulted_pod}" if v.faulted_pod else "")
             lines.append(f"  {side:<9}  {text}")
         lines.append(f"  because    {change.because}")
+        if result.cost is not None:
+            lines.append(f"  cost       {gpu_hours(moved_gpu_seconds(change))} GPU-hours")
+    return lines
+
+
+def cost_diff_lines(cost: Cost) -> list[str]:
+    """`faultline diff --cost` (issue 30): the GPU-hours that move, by kind and by verdict change, and the top attempts."""
+    base, candidate = cost.base_totals, cost.candidate_totals
+    unknown = f"; {cost.unknown} changed attempt(s) with no known GPU time" if cost.unknown else ""
+    lines = [
+        f"GPU-HOURS MOVED  USER -> SYSTEM {gpu_hours(cost.user_to_system)}, SYSTEM -> USER {gpu_hours(cost.system_to_user)}{unknown}",
+        f"all final verdicts: SYSTEM {gpu_hours(base.get('SYSTEM', 0))} -> {gpu_hours(candidate.get('SYSTEM', 0))}, "
+        f"USER {gpu_hours(base.get('USER', 0))} -> {gpu_hours(candidate.get('USER', 0))} GPU-hours",
+        "",
+    ]
+    lines += table(("VERDICT CHANGE", "COUNT", "GPU-HOURS"), ((m.change, m.attempts, gpu_hours(m.gpu_seconds)) for m in cost.moves))
+    if cost.top:
+        lines += ["", *table(("TOP ATTEMPTS", "VERDICT CHANGE", "GPU-HOURS"), ((a.name, a.change, gpu_hours(a.gpu_seconds)) for a in cost.top))]
     return lines

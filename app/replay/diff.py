@@ -2,7 +2,11 @@
 where the records themselves can tell (SPEC R10.2): the evidence that decided each side
 (a GPU fault, a device's health, a disruption: R6, R14). A replay written before
 workload attempts (ClassifiedFailure/v1) reads as v2 under the orchestrator's labels
-(R13.3); a v1 fault carries no action (R14.3), which is advice and never a change."""
+(R13.3); a v1 fault carries no action (R14.3), which is advice and never a change.
+
+`cost_of` (issue 30, `faultline diff --cost`) says what a change is worth: the GPU-seconds
+of the attempts whose verdict moves between USER and SYSTEM and between codes (the final
+verdicts' `gpu_seconds`), and the attempts that move the most."""
 
 from __future__ import annotations
 
@@ -37,6 +41,7 @@ class VerdictSummary(msgspec.Struct, frozen=True):
     # What decided it (R6, R14): "GPU fault: Xid 79 CRITICAL on pod w-0", "device health:
     # GPU unhealthy CRITICAL on pod w-0", "disruption: pod w-0 (EvictionByEvictionAPI)"; None: the base.
     evidence: str | None = None
+    gpu_seconds: int | None = None  # what the failure cost (issue 30); None: unknown
 
 
 class Change(msgspec.Struct, frozen=True):
@@ -47,12 +52,43 @@ class Change(msgspec.Struct, frozen=True):
     name: str = ""  # how people see the attempt: its key, or a workload's kind and name (R13.3)
 
 
+class CostMove(msgspec.Struct, frozen=True):
+    """The attempts whose verdict changed one way, and the GPU-seconds they carry."""
+
+    change: str  # "Error (USER) -> GpuXidError (SYSTEM)"
+    attempts: int
+    gpu_seconds: int
+    unknown: int = 0  # of those attempts, how many have no GPU-seconds known
+
+
+class CostAttempt(msgspec.Struct, frozen=True):
+    key: str
+    name: str
+    change: str
+    gpu_seconds: int
+
+
+class Cost(msgspec.Struct, frozen=True):
+    """What a rule change is worth (issue 30), from the final verdicts of both replays:
+    GPU-seconds of the changed attempts moving USER -> SYSTEM and back, by verdict change,
+    the attempts carrying the most, and each kind's total in both replays."""
+
+    user_to_system: int
+    system_to_user: int
+    moves: list[CostMove]  # most GPU-seconds first
+    top: list[CostAttempt]
+    base_totals: dict[str, int]  # kind -> GPU-seconds over every final verdict of the base
+    candidate_totals: dict[str, int]
+    unknown: int = 0  # changed attempts with no GPU-seconds known (counted nowhere above)
+
+
 class Diff(msgspec.Struct, frozen=True):
     base_rules: list[str]
     candidate_rules: list[str]
     attempts_compared: int
     changes: list[Change]
     transitions: dict[str, int]  # "Error (USER) -> GpuXidError (SYSTEM)": count
+    cost: Cost | None = None  # with `faultline diff --cost`
 
 
 def as_v2(verdict: Verdict) -> ClassifiedFailure:
@@ -103,7 +139,7 @@ def _summary(v: ClassifiedFailure | None) -> VerdictSummary | None:
     if v is None:
         return None
     pod = v.faulted_pod.name if v.faulted_pod else None
-    return VerdictSummary(v.code, v.kind, _fault_text(v.gpu_fault), pod, v.rules_version, evidence_of(v))
+    return VerdictSummary(v.code, v.kind, _fault_text(v.gpu_fault), pod, v.rules_version, evidence_of(v), v.gpu_seconds)
 
 
 def _same_fault(a: GpuFault, b: GpuFault) -> bool:
@@ -187,3 +223,57 @@ def diff(base: dict[str, ClassifiedFailure], candidate: dict[str, ClassifiedFail
         changes=changes,
         transitions=dict(sorted(transitions.items(), key=lambda item: (-item[1], item[0]))),
     )
+
+
+# --- what a change is worth (issue 30) ---------------------------------------------------------
+
+
+def moved_gpu_seconds(change: Change) -> int | None:
+    """The GPU-seconds a changed attempt carries from one verdict to the other: the
+    candidate's (its pods as the new rules select them), else the base's; None: unknown."""
+    side = change.candidate if change.candidate is not None else change.base
+    return side.gpu_seconds if side is not None else None
+
+
+def _totals(verdicts: dict[str, ClassifiedFailure]) -> dict[str, int]:
+    totals = {"SYSTEM": 0, "USER": 0}
+    for v in verdicts.values():
+        totals[v.kind] += v.gpu_seconds or 0
+    return totals
+
+
+def cost_of(result: Diff, base: dict[str, ClassifiedFailure], candidate: dict[str, ClassifiedFailure], top: int = 10) -> Cost:
+    """The GPU-seconds behind each verdict change of `result` (the final verdicts', as diff
+    compares them: an earlier generation of an attempt restarted in place, R8, is the fleet's
+    to count, not the diff's)."""
+    moves: dict[str, list[int]] = {}
+    attempts: list[CostAttempt] = []
+    kinds = {"USER -> SYSTEM": 0, "SYSTEM -> USER": 0}
+    unknown = 0
+    for change in result.changes:
+        label = f"{_summary_label(change.base)} -> {_summary_label(change.candidate)}"
+        seconds = moved_gpu_seconds(change)
+        move = moves.setdefault(label, [0, 0, 0])
+        move[0] += 1
+        if seconds is None:
+            move[2] += 1
+            unknown += 1
+            continue
+        move[1] += seconds
+        attempts.append(CostAttempt(change.key, change.name or change.key, label, seconds))
+        if change.base is not None and change.candidate is not None and change.base.kind != change.candidate.kind:
+            kinds[f"{change.base.kind} -> {change.candidate.kind}"] += seconds
+    ranked = sorted(moves.items(), key=lambda item: (-item[1][1], -item[1][0], item[0]))
+    return Cost(
+        user_to_system=kinds["USER -> SYSTEM"],
+        system_to_user=kinds["SYSTEM -> USER"],
+        moves=[CostMove(label, n, seconds, unknown_here) for label, (n, seconds, unknown_here) in ranked],
+        top=sorted(attempts, key=lambda a: (-a.gpu_seconds, a.key))[:top],
+        base_totals=_totals(base),
+        candidate_totals=_totals(candidate),
+        unknown=unknown,
+    )
+
+
+def _summary_label(v: VerdictSummary | None) -> str:
+    return f"{v.code} ({v.kind})" if v is not None else "(no verdict)"

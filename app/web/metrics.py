@@ -36,6 +36,7 @@ METRICS = (
     "faultline_records_total",
     "faultline_dead_letters_total",
     "faultline_failed_attempts",
+    "faultline_failed_gpu_seconds",
     "faultline_gpu_faults",
     "faultline_quarantine_candidates",
     "faultline_consumer_lag",
@@ -77,6 +78,14 @@ def render_metrics(view: FleetView, now: float | None = None, *, fleet: bool = T
             "Failed attempts within the history kept, by the code and kind of their current verdict "
             "(workload_kind: the object of a workload attempt, e.g. TrainJob, Job, Pod; absent under orchestrator labels).",
             [({"code": code, "kind": kind, **({"workload_kind": w} if w else {})}, n) for (code, kind, w), n in sorted(failed.items())])
+    burned: dict[tuple[str, str, str], int] = {}
+    for rate in state.failures.values():
+        which = (rate.code, rate.kind, rate.workload_kind)
+        burned[which] = burned.get(which, 0) + rate.gpu_seconds
+    _family(lines, "faultline_failed_gpu_seconds", "gauge",
+            "GPU-seconds the failed attempts within the history kept burned (their pods' GPUs times how long each ran, issue 30), "
+            "by the code and kind of their current verdict; failures whose pods' start is unknown add nothing.",
+            [({"code": code, "kind": kind, **({"workload_kind": w} if w else {})}, n) for (code, kind, w), n in sorted(burned.items())])
     _family(lines, "faultline_gpu_faults", "gauge", "Distinct GPU fault Events within the history kept, by severity (a repeating Event counts once).",
             [({"severity": s.lower()}, n) for s, n in severity_totals(state).items()])
     scopes = {"node": 0, "gpu": 0}

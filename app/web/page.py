@@ -31,7 +31,7 @@ PAGE = r"""<!doctype html>
   .card { background: var(--card); border: 1px solid var(--line); border-radius: 10px; padding: 14px 16px; min-width: 0; }
   .card h2 { font-size: 13px; text-transform: uppercase; letter-spacing: .6px; color: var(--muted); margin: 0 0 10px; font-weight: 650; }
   .card h2 small { text-transform: none; letter-spacing: 0; font-weight: 400; }
-  .kpis { grid-column: span 12; display: grid; grid-template-columns: repeat(6, 1fr); gap: 16px; }
+  .kpis { grid-column: span 12; display: grid; grid-template-columns: repeat(7, 1fr); gap: 16px; }
   .kpi .value { font-size: 28px; font-weight: 700; line-height: 1.1; }
   .kpi .label { font-size: 13px; font-weight: 600; margin-top: 4px; }
   .kpi .detail { color: var(--muted); font-size: 12px; }
@@ -39,6 +39,8 @@ PAGE = r"""<!doctype html>
   .kpi.alert .value { color: var(--critical); }
   .span8 { grid-column: span 8; } .span4 { grid-column: span 4; } .span12 { grid-column: span 12; }
   .span5 { grid-column: span 5; } .span7 { grid-column: span 7; }
+  .cost { display: grid; grid-template-columns: 1.3fr 1fr 1fr 1fr; gap: 18px; }
+  .cost h3 { font-size: 12px; color: var(--muted); margin: 0 0 6px; font-weight: 600; }
   .legend { display: flex; gap: 14px; font-size: 12.5px; color: var(--muted); margin: -4px 0 6px; flex-wrap: wrap; }
   .sw { display: inline-block; width: 10px; height: 10px; border-radius: 2px; margin-right: 5px; vertical-align: -1px; }
   svg text { font: 11px system-ui, "DejaVu Sans", sans-serif; fill: var(--muted); }
@@ -131,6 +133,20 @@ PAGE = r"""<!doctype html>
     <div class="bars" id="failures"></div>
   </section>
 
+  <section class="card span12">
+    <h2>GPU-hours lost to failures <small id="cost-note">the GPUs each failed attempt's pods requested × how long they ran</small></h2>
+    <div class="legend">
+      <span><i class="sw" style="background:var(--system)"></i>system (hardware, cluster)</span>
+      <span><i class="sw" style="background:var(--accent)"></i>user (workload)</span>
+    </div>
+    <div class="cost">
+      <div><h3>per hour of failure</h3><div id="cost-chart"></div></div>
+      <div><h3>by code</h3><div class="bars" id="cost-codes"></div></div>
+      <div><h3>by node</h3><div class="bars" id="cost-nodes"></div></div>
+      <div><h3>by namespace</h3><div class="bars" id="cost-namespaces"></div></div>
+    </div>
+  </section>
+
   <section class="card span12" id="queues-card" style="display:none">
     <h2>Gang preemptions and readmission waits <small>per queue</small></h2>
     <div id="queues"></div>
@@ -157,6 +173,7 @@ function duration(seconds) {
   if (seconds < 5400) return Math.round(seconds / 60) + " min";
   return (seconds / 3600).toFixed(1) + " h";
 }
+function gpuh(seconds) { return seconds == null ? "—" : (seconds / 3600).toFixed(1); }
 function windowText(s) { const h = s / 3600; return Number.isInteger(h) ? h + " h" : duration(s); }
 function sevChip(sev) { return sev ? `<span class="chip ${esc(sev)}">${esc(sev.toLowerCase())}</span>` : ""; }
 
@@ -173,6 +190,7 @@ function renderKpis(f) {
     [t.nodes, "nodes with faults", `${t.gpus} GPU${t.gpus === 1 ? "" : "s"} with faults`, false],
     [t.failures, "failed attempts", `${t.system_failures} system · ${t.user_failures} user`, false],
     [t.gpu_failures, "with a GPU fault", t.failures ? `${Math.round((100 * t.gpu_failures) / t.failures)}% of failures` : "", false],
+    [gpuh(t.gpu_seconds), "GPU-hours lost", `${gpuh(t.system_gpu_seconds)} system · ${gpuh(t.user_gpu_seconds)} user` + (t.gpu_seconds_unknown ? ` · ${t.gpu_seconds_unknown} unknown` : ""), false],
     [t.candidates, "quarantine candidates", `≥ ${f.threshold} critical in ${windowText(f.window_seconds)}`, t.candidates > 0],
     [t.dead_letters, "dead letters", "unreadable records", t.dead_letters > 0],
   ];
@@ -267,11 +285,12 @@ function renderGpus(gpus) {
 
 function renderVerdicts(rows) {
   if (!rows.length) { $("verdicts").innerHTML = `<div class="empty">No failed attempt yet.</div>`; return; }
-  $("verdicts").innerHTML = `<table><thead><tr><th>failed at</th><th>attempt</th><th>code</th><th>kind</th><th>GPU fault</th><th>node</th></tr></thead><tbody>` +
+  $("verdicts").innerHTML = `<table><thead><tr><th>failed at</th><th>attempt</th><th>code</th><th>kind</th><th class="num" title="GPU-hours the failure burned">GPU-h</th><th>GPU fault</th><th>node</th></tr></thead><tbody>` +
     rows.map((v) => `<tr class="click" data-key="${esc(v.key)}" title="${esc(v.message)}">
       <td>${esc(hhmm(v.failed_at))} <span class="muted">${esc(v.failed_at.slice(5, 10))}</span></td>
       <td class="mono ellip" title="${esc(v.key)}">${esc(v.attempt || v.key)}${v.terminal ? "" : ` <span class="muted" title="generation ${v.generation} restarted in place">restarted</span>`}${v.revision ? ` <span class="muted">r${v.revision}</span>` : ""}</td>
       <td><b>${esc(v.code)}</b></td><td><span class="kind ${esc(v.kind)}">${esc(v.kind)}</span></td>
+      <td class="num">${esc(gpuh(v.gpu_seconds))}</td>
       <td>${v.fault ? `<span class="chip ${esc(v.fault.split(" ").pop())}">${esc(v.fault.split(" ").slice(0, 2).join(" "))}</span>` : '<span class="muted">—</span>'}</td>
       <td class="mono">${esc(v.node || "—")}</td></tr>`).join("") + `</tbody></table>`;
   for (const tr of $("verdicts").querySelectorAll("tr.click")) tr.addEventListener("click", () => openEvidence(tr.dataset.key));
@@ -284,6 +303,45 @@ function renderFailures(rows) {
       <div class="name" title="${esc(r.cluster + "/" + r.namespace)}${r.gpu_faults ? ` · ${r.gpu_faults} with a GPU fault` : ""}"><span class="kind ${esc(r.kind)}">${esc(r.kind[0])}</span> <b>${esc(r.code)}</b> <span class="muted">${esc(r.namespace)}</span></div>
       <div class="track"><span style="width:${(r.failures / max) * 100}%;background:${r.kind === "SYSTEM" ? "var(--system)" : "var(--accent)"}"></span></div>
       <div class="n">${r.failures}</div></div>`).join("");
+}
+
+// GPU-hours lost (issue 30): stacked system/user bars per hour, then bars by code, node, namespace.
+function costBars(id, rows, empty) {
+  if (!rows.length) { $(id).innerHTML = `<div class="empty">${esc(empty)}</div>`; return; }
+  const max = Math.max(...rows.map((r) => r.gpu_seconds), 1);
+  $(id).innerHTML = rows.map((r) => `<div class="row" style="grid-template-columns:120px 1fr 44px">
+      <div class="name mono" title="${esc(r.key)} · ${r.failures} failure${r.failures === 1 ? "" : "s"}">${esc(r.key)}</div>
+      <div class="track"><span style="width:${(r.system_gpu_seconds / max) * 100}%;background:var(--system)" title="${gpuh(r.system_gpu_seconds)} GPU-h system"></span><span style="width:${(r.user_gpu_seconds / max) * 100}%;background:var(--accent)" title="${gpuh(r.user_gpu_seconds)} GPU-h user"></span></div>
+      <div class="n">${gpuh(r.gpu_seconds)}</div></div>`).join("");
+}
+
+function renderCostChart(hours) {
+  const box = $("cost-chart");
+  const shown = hours.filter((h) => h.system_gpu_seconds + h.user_gpu_seconds > 0);
+  if (!shown.length) { box.innerHTML = `<div class="empty">No GPU time lost in the history kept.</div>`; return; }
+  const W = Math.max(box.clientWidth, 240), H = 150, L = 34, B = 22, T = 8, innerH = H - T - B;
+  const max = niceMax(Math.max(...hours.map((h) => (h.system_gpu_seconds + h.user_gpu_seconds) / 3600)));
+  const slot = (W - L) / hours.length, bar = Math.max(2, Math.min(40, slot * 0.7));
+  const y = (v) => T + innerH - (v / max) * innerH;
+  let svg = `<svg width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" role="img" aria-label="GPU-hours lost per hour">`;
+  svg += `<text x="${L - 6}" y="${y(max) + 4}" text-anchor="end">${max}</text><text x="${L - 6}" y="${y(0) + 4}" text-anchor="end">0</text>`;
+  hours.forEach((h, i) => {
+    const x = L + slot * i + (slot - bar) / 2, sys = h.system_gpu_seconds / 3600, usr = h.user_gpu_seconds / 3600;
+    if (sys > 0) svg += `<rect x="${x}" y="${y(sys)}" width="${bar}" height="${y(0) - y(sys)}" fill="var(--system)"><title>${esc(hhmm(h.hour))}: ${sys.toFixed(1)} GPU-h system</title></rect>`;
+    if (usr > 0) svg += `<rect x="${x}" y="${y(sys + usr)}" width="${bar}" height="${y(sys) - y(sys + usr)}" fill="var(--accent)"><title>${esc(hhmm(h.hour))}: ${usr.toFixed(1)} GPU-h user</title></rect>`;
+  });
+  svg += `<text x="${L}" y="${H - 6}">${esc(hhmm(hours[0].hour))}</text><text x="${W}" y="${H - 6}" text-anchor="end">${esc(hhmm(hours[hours.length - 1].hour))}</text>`;
+  box.innerHTML = svg + `<line x1="${L}" x2="${W}" y1="${y(0)}" y2="${y(0)}" stroke="#c9d0dc"/></svg>`;
+}
+
+function renderCost(f) {
+  const t = f.totals;
+  $("cost-note").textContent = `${gpuh(t.gpu_seconds)} GPU-h in the history kept: ${gpuh(t.system_gpu_seconds)} system, ${gpuh(t.user_gpu_seconds)} user` +
+    (t.gpu_seconds_unknown ? ` (${t.gpu_seconds_unknown} failure${t.gpu_seconds_unknown === 1 ? "" : "s"} with no known start)` : "");
+  renderCostChart(f.hours);
+  costBars("cost-codes", f.cost.by_code, "No failures in the history kept.");
+  costBars("cost-nodes", f.cost.by_node, "No GPU time lost on any node.");
+  costBars("cost-namespaces", f.cost.by_namespace, "No failures in the history kept.");
 }
 
 function renderStuck(rows) {
@@ -312,7 +370,7 @@ async function openEvidence(key) {
     const v = e.current;
     let html = `<button class="close" onclick="closeEvidence()">close</button><h3 class="mono">${esc(e.key)}</h3>`;
     if (v && v.identity === "workload") html += `<div class="muted">${esc(v.tracked.kind)} <span class="mono">${esc(v.tracked.name)}</span> · uid <span class="mono">${esc(v.tracked.uid)}</span></div>`;
-    if (v) html += `<div><b>${esc(v.code)}</b> <span class="kind ${esc(v.kind)}">${esc(v.kind)}</span> <span class="muted">failed ${esc(when(v.failed_at))}</span></div><p>${esc(v.message)}</p>` +
+    if (v) html += `<div><b>${esc(v.code)}</b> <span class="kind ${esc(v.kind)}">${esc(v.kind)}</span> <span class="muted">failed ${esc(when(v.failed_at))} · ${esc(gpuh(v.gpu_seconds))} GPU-hours lost</span></div><p>${esc(v.message)}</p>` +
       (v.reasons.length ? `<ul>${v.reasons.map((r) => `<li>${esc(r)}</li>`).join("")}</ul>` : "");
     html += `<h4>Faults in time order</h4>` + (e.faults.length ? `<div class="timeline">` + e.faults.map((f) => `<div class="ev ${esc(f.fault.severity)}">
         <div><b>${esc(faultLabel(f.fault))}</b> ${esc(f.fault.name)} ${sevChip(f.fault.severity)}${f.fault.action && f.fault.action !== "UNKNOWN" ? ` <span class="chip action" title="NVIDIA's recommended action">${esc(f.fault.action)}</span>` : ""}</div>
@@ -348,6 +406,7 @@ async function refresh() {
     renderGpus(fleet.gpus);
     renderVerdicts(verdicts);
     renderFailures(fleet.failures);
+    renderCost(fleet);
     renderQueues(fleet.queues, fleet.stuck || []);
     $("dot").className = "dot live";
     $("status").textContent = "live · updated " + new Date().toLocaleTimeString();
@@ -359,7 +418,7 @@ async function refresh() {
     $("error").textContent = "Cannot load the fleet views (" + err.message + "); retrying every " + POLL_MS / 1000 + " s.";
   }
 }
-window.addEventListener("resize", () => { if (last) renderChart(last.hours); });
+window.addEventListener("resize", () => { if (last) { renderChart(last.hours); renderCostChart(last.hours); } });
 refresh().then(() => {
   const linked = decodeURIComponent(location.hash).match(/^#attempt=(.+)$/);
   if (linked) openEvidence(linked[1]);

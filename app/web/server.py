@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from app.core.fleet_summary import candidate_rows, failure_rows, fleet_summary, gpu_rows, node_rows, queue_rows, recent_verdicts
+from app.core.fleet_summary import candidate_rows, failure_rows, fleet_summary, gpu_cost, gpu_rows, node_rows, queue_rows, recent_verdicts
 from app.core.fleet_view import FleetView
 from app.web.metrics import CONTENT_TYPE, render_metrics
 from app.web.page import PAGE
@@ -54,6 +54,11 @@ async def gpus(request: web.Request) -> web.Response:
 
 async def failures(request: web.Request) -> web.Response:
     return _json(failure_rows(_view(request).state))
+
+
+async def cost(request: web.Request) -> web.Response:
+    """GPU-seconds failures burned, every row by code, namespace and node (issue 30)."""
+    return _json(gpu_cost(_view(request).state))
 
 
 async def queues(request: web.Request) -> web.Response:
@@ -127,6 +132,7 @@ def make_web_app(view: FleetView) -> web.Application:
     app.router.add_get("/api/nodes", nodes)
     app.router.add_get("/api/gpus", gpus)
     app.router.add_get("/api/failures", failures)
+    app.router.add_get("/api/cost", cost)
     app.router.add_get("/api/queues", queues)
     app.router.add_get("/api/quarantine", quarantine)
     app.router.add_get("/api/verdicts", verdicts)

@@ -96,6 +96,8 @@ def test_the_page_script_fills_in_the_example(url: str, tmp_path: Path) -> None:
         "prod-a/ml/llm-pretrain-42/pretrain/1",
         "GpuEccUncorrectable",
         "gpu-31",  # top nodes
+        "79.0 GPU-h in the history kept: 51.9 system, 27.1 user",  # what failures cost (issue 30)
+        "prod-a/gpu-17",  # GPU-hours lost by node
     ):
         assert text in dom, f"{text!r} is not on the rendered page"
     assert re.search(r'<div id="error"[^>]*></div>', dom), "the page shows an error instead of data"

@@ -109,6 +109,17 @@ def test_api_failures(view: LiveFleet) -> None:
     assert sum(by_code.values()) == 11
 
 
+def test_gpu_seconds_api_cost_by_code_node_and_namespace(view: LiveFleet) -> None:
+    """Issue 30: the GPU-seconds failures burned, every row; the three splits add up alike."""
+    body = get_json(view, "/api/cost")
+    totals = get_json(view, "/api/fleet")["totals"]
+    for split in ("by_code", "by_namespace", "by_node"):
+        assert sum(r["gpu_seconds"] for r in body[split]) == totals["gpu_seconds"] > 0, split
+        assert all(r["gpu_seconds"] == r["user_gpu_seconds"] + r["system_gpu_seconds"] for r in body[split])
+    assert body["by_node"][0]["key"] == "prod-a/gpu-17" and body["by_namespace"][0]["key"] == "prod-a/ml"
+    assert totals["system_gpu_seconds"] == sum(r["system_gpu_seconds"] for r in body["by_code"])
+
+
 def test_api_quarantine(view: LiveFleet) -> None:
     body = get_json(view, "/api/quarantine")
     assert [(c["scope"], c["node"], c["gpu"], c["faults"]) for c in body["candidates"]] == [("node", "gpu-17", "", 4), ("gpu", "gpu-17", "GPU-1234", 4)]

@@ -45,7 +45,7 @@ def test_r14_1_the_drained_worker_example_is_pod_disrupted() -> None:
     result = faultline("classify", str(EXAMPLES / "jobset-drained-worker.jsonl"))
     assert result.returncode == 0, result.stderr
     row = result.stdout.splitlines()[1].split()
-    assert row[0] == "prod-a/ml/JobSet/resnet-drain" and row[2:5] == ["PodDisrupted", "SYSTEM", "-"]
+    assert row[0] == "prod-a/ml/JobSet/resnet-drain" and row[2:6] == ["PodDisrupted", "SYSTEM", "10.6", "-"]
     assert "disrupted by the cluster (EvictionByEvictionAPI): Eviction" in result.stdout
 
 
