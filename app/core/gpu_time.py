@@ -62,7 +62,9 @@ def gpus_requested(spec: PodSpec, rules: Rules) -> int:
     resource's request equals its limit when both are set), plus one device per request a
     DRA claim of the pod serves to its containers, else one per claim. The pod does not
     carry a claim's `count` (resource.k8s.io/v1 ExactDeviceRequest: default one): that is
-    in the ResourceClaim, which faultline does not watch (docs/fleet.md)."""
+    in the ResourceClaim, which faultline does not watch (docs/fleet.md). Once read, a
+    pod's count stands: only CPU and memory can be resized in place (kubernetes.io, *Resize
+    CPU and Memory Resources assigned to Containers*) and resourceClaims are immutable."""
     total = 0
     names = rules.gpu_resources
     for container in spec.containers:

@@ -71,21 +71,23 @@ def render_metrics(view: FleetView, now: float | None = None, *, fleet: bool = T
     _family(lines, "faultline_dead_letters_total", "counter", "Records that could not be read (faultline.dead-letter).",
             [({}, state.dead_letters)])
     failed: dict[tuple[str, str, str], int] = {}
+    burned: dict[tuple[str, str, str], int] = {}  # GPU-seconds (issue 30)
     for rate in state.failures.values():
         which = (rate.code, rate.kind, rate.workload_kind)
         failed[which] = failed.get(which, 0) + rate.failures
+        burned[which] = burned.get(which, 0) + rate.gpu_seconds
+
+    def by_verdict(counts: dict[tuple[str, str, str], int]) -> list[Sample]:
+        return [({"code": code, "kind": kind, **({"workload_kind": w} if w else {})}, n) for (code, kind, w), n in sorted(counts.items())]
+
     _family(lines, "faultline_failed_attempts", "gauge",
             "Failed attempts within the history kept, by the code and kind of their current verdict "
             "(workload_kind: the object of a workload attempt, e.g. TrainJob, Job, Pod; absent under orchestrator labels).",
-            [({"code": code, "kind": kind, **({"workload_kind": w} if w else {})}, n) for (code, kind, w), n in sorted(failed.items())])
-    burned: dict[tuple[str, str, str], int] = {}
-    for rate in state.failures.values():
-        which = (rate.code, rate.kind, rate.workload_kind)
-        burned[which] = burned.get(which, 0) + rate.gpu_seconds
+            by_verdict(failed))
     _family(lines, "faultline_failed_gpu_seconds", "gauge",
             "GPU-seconds the failed attempts within the history kept burned (their pods' GPUs times how long each ran, issue 30), "
             "by the code and kind of their current verdict; failures whose pods' start is unknown add nothing.",
-            [({"code": code, "kind": kind, **({"workload_kind": w} if w else {})}, n) for (code, kind, w), n in sorted(burned.items())])
+            by_verdict(burned))
     _family(lines, "faultline_gpu_faults", "gauge", "Distinct GPU fault Events within the history kept, by severity (a repeating Event counts once).",
             [({"severity": s.lower()}, n) for s, n in severity_totals(state).items()])
     scopes = {"node": 0, "gpu": 0}

@@ -54,6 +54,7 @@ ORDER_FREE = {
     "faultline.preemption-waits": lambda v: v,
     "faultline.gang-queues": lambda v: v,
     "faultline.failure-rates": lambda v: v,
+    "faultline.node-gpu-time": lambda v: v,  # GPU-seconds lost per node-hour (issue 30)
     "faultline.quarantine-candidates": lambda v: {k: v[k] for k in ("cluster", "scope", "node", "gpu", "state")},
 }
 
@@ -83,7 +84,7 @@ def test_fleet_stage_streams_the_embedded_fleet_health_and_serves_it(stream_stac
 
     # The page reads the derived topics: it has them all once it shows the same totals.
     want = orjson.loads(msgspec.json.encode(live.summary()))["totals"]
-    same = ("faults", "occurrences", "severity", "failures", "candidates", "nodes", "gpus", "dead_letters")
+    same = ("faults", "occurrences", "severity", "failures", "candidates", "nodes", "gpus", "dead_letters", "gpu_seconds", "system_gpu_seconds")
 
     def page_totals() -> dict[str, Any]:
         status, body = _get(port, "/fleet/api/fleet")
