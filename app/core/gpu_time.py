@@ -56,8 +56,9 @@ def _gpu_quantity(raw: msgspec.Raw) -> int:
     return MAX_GPUS_PER_POD if len(text) > 3 else min(int(text), MAX_GPUS_PER_POD)
 
 
-def gpus_requested(spec: PodSpec, rules: Rules) -> int:
-    """How many GPUs a pod asks for, at most MAX_GPUS_PER_POD: over its regular containers
+def gpus_requested(spec: PodSpec, rules: Rules, known: int = 0) -> int:
+    """How many GPUs a pod asks for (`known`: what its earlier records said, which stands),
+    at most MAX_GPUS_PER_POD: over its regular containers
     the `gpu_resources` quantities of their limits, else their requests (an extended
     resource's request equals its limit when both are set), plus one device per request a
     DRA claim of the pod serves to its containers, else one per claim. The pod does not
@@ -65,6 +66,8 @@ def gpus_requested(spec: PodSpec, rules: Rules) -> int:
     in the ResourceClaim, which faultline does not watch (docs/fleet.md). Once read, a
     pod's count stands: only CPU and memory can be resized in place (kubernetes.io, *Resize
     CPU and Memory Resources assigned to Containers*) and resourceClaims are immutable."""
+    if known:
+        return known
     total = 0
     names = rules.gpu_resources
     for container in spec.containers:
@@ -97,11 +100,15 @@ def _claimed_devices(spec: PodSpec) -> int:
 
 
 def started_at_of(pod: Pod, observed_at: datetime, known: datetime | None) -> datetime | None:
-    """The earliest start of the pod's regular containers its records showed (`known`: the
-    earlier records'): `state.running.startedAt` or `state.terminated.startedAt`, capped by
-    the record's observed_at (R2.7c) and never before the pod's creation (the API server's
-    clock). A container the runtime never started (its start at the Unix epoch) ran no
-    time: its start is its finish. A restarted container's newer start moves nothing."""
+    """When the pod started: the earliest start of its regular containers in the first of its
+    records that showed one (`known`: the earlier records' answer, which stands: a later
+    record shows the same starts, or a restarted container's newer one), i.e.
+    `state.running.startedAt` or `state.terminated.startedAt`, capped by that record's
+    observed_at (R2.7c) and never before the pod's creation (the API server's clock). A
+    container the runtime never started (its start at the Unix epoch) ran no time: its
+    start is its finish."""
+    if known is not None:
+        return known
     earliest: datetime | None = None
     for status in pod.status.container_statuses:
         state = status.state
@@ -116,9 +123,7 @@ def started_at_of(pod: Pod, observed_at: datetime, known: datetime | None) -> da
         return known
     earliest = min(earliest, observed_at)
     created = pod.metadata.creation_timestamp
-    if created is not None and earliest < created:
-        earliest = min(created, observed_at)
-    return earliest if known is None or earliest < known else known
+    return min(created, observed_at) if created is not None and earliest < created else earliest
 
 
 # --- what a failure cost ---------------------------------------------------------------------

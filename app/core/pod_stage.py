@@ -135,7 +135,7 @@ def pod_facts_of(
         failed_observed_at=failed_at,
         deleted=change == "DELETED" or (previous is not None and previous.deleted),
         disruption=disruption_of(pod, observed_at, previous.disruption if previous is not None else None, trim),
-        gpus=previous.gpus if previous is not None and previous.gpus else gpus_requested(pod.spec, rules),  # issue 30 (gpu_time.py)
+        gpus=gpus_requested(pod.spec, rules, previous.gpus if previous is not None else 0),  # issue 30 (gpu_time.py)
         started_at=started_at_of(pod, observed_at, previous.started_at if previous is not None else None),
     )
 
