@@ -24,19 +24,21 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Iterable
+from heapq import heapify, heappop, heappush
 from datetime import datetime, timezone
 from typing import Any, NamedTuple, Protocol
 
 import msgspec
 
-from app.core.clock import CLOCK_FAULT
+from app.core.clock import clock_fault, out_of_range
 from app.core.dead_letters import dead_letter
 from app.core.emit import Emit
 from app.core.progress import NO_PROGRESS, Watermarks, progress_of, settles
 from app.core.rules import Rules
-from app.core.topology import INPUT_OF, Applied, Failed, Stage, StageRecord, apply, decode_record, forwarded, progress_in, settle, time_fault
+from app.core.topology import INPUT_OF, Applied, Failed, Stage, StageRecord, apply, decode_record, forwarded, settle
 from app.model.decode import BadRecord, encode_internal
-from app.model.facts import Progress
+from app.model.envelope import BOOKMARK
+from app.model.facts import INTERNAL_TOPICS, Progress
 
 Raw = bytes | Callable[[], bytes]  # a record's bytes, or how to find them (only a dead letter needs them)
 _DAWN = datetime.min.replace(tzinfo=timezone.utc)
@@ -104,7 +106,7 @@ class Scope:
     watermarks (R12.3), the latest record time folded per cluster (R12.5), and which of
     its states wait on progress, until when (R12.4; None: rebuilt from the store)."""
 
-    __slots__ = ("marks", "latest", "waiting", "whole")
+    __slots__ = ("marks", "latest", "waiting", "due", "whole")
 
     def __init__(self, *, whole: bool, latest: dict[str, datetime] | None = None, waiting: bool = False) -> None:
         self.marks: Watermarks = NO_PROGRESS
@@ -114,6 +116,10 @@ class Scope:
         # Built as states are written (`waiting`: from the first record on), else from the
         # store when first needed.
         self.waiting: dict[str, datetime] | None = {} if waiting else None
+        # The same, as one heap of (until, key) per cluster, so progress finds what it
+        # settles without reading every waiting state; an entry whose key waits until
+        # another time now (or no longer waits) is stale and skipped.
+        self.due: dict[str, list[tuple[datetime, str]]] = {}
         # True: the scope reads every partition of its topics (the watermark waits for
         # all of them); False: one partition, whose own progress is the scope's.
         self.whole = whole
@@ -147,6 +153,9 @@ class Runner:
     def __init__(self, stage: Stage, rules: Rules, counts: Counter[str]) -> None:
         self.stage, self.rules, self.counts = stage, rules, counts
         self.keeps_state = stage.state is not None
+        self._waits = stage.waits_until is not None
+        self._usable = rules.usable_times  # R11.3
+        self._inputs = {t: (INPUT_OF[t].key, INPUT_OF[t].fold) for t in stage.topics}  # as the topology says now
 
     # --- records ---------------------------------------------------------------------------
 
@@ -155,52 +164,70 @@ class Runner:
         try:
             record = decode_record(source.topic, value)
         except BadRecord as exc:
-            return self._rejected(source, str(exc), value)._replace(in_time=False)
+            return self._rejected(source, str(exc), value, None, False)
         return self.receive_decoded(scope, store, source, record, value)
 
     def receive_decoded(self, scope: Scope, store: StateStore | None, source: Source, record: StageRecord, raw: Raw) -> Outcome:
-        """One record already decoded; `raw` is what a dead letter of it would quote."""
-        fault = time_fault(source.topic, record, scope.marks, self.rules)
-        if fault is not None:  # R11.3, R11.4: neither folded nor moving stream time
-            self.counts["clock_faults"] += fault.startswith(CLOCK_FAULT)
-            return self._rejected(source, fault, raw)._replace(in_time=False)
-        if progress_in(record):
-            return self.progress(scope, store, source, record)._replace(time=(record.cluster, record.observed_at))
+        """One record already decoded; `raw` is what a dead letter of it would quote.
+        (`topology.time_fault` and `progress_in`, inlined: this runs for every record.)"""
+        topic = source.topic
         cluster, at = record.cluster, record.observed_at
-        known = scope.latest.get(cluster)
+        if topic in INTERNAL_TOPICS:  # their times are source records' times, checked at the first stage
+            if type(record) is Progress:
+                return self.progress(scope, store, source, record)._replace(time=(cluster, at))
+        else:
+            first, last = self._usable
+            if not first <= at <= last:  # R11.3: neither folded nor moving stream time
+                return self._rejected(source, out_of_range(at, self.rules) or "", raw, None, False)
+            if record.type == BOOKMARK:
+                return self.progress(scope, store, source, record)._replace(time=(cluster, at))
+            marks = scope.marks.marks
+            if marks:  # R11.4: a clock fault against its topic's watermark
+                where = f"{cluster}/{topic}"
+                fault = clock_fault(at, marks.get(where), where, self.rules)
+                if fault is not None:
+                    self.counts["clock_faults"] += 1
+                    return self._rejected(source, fault, raw, None, False)
+        latest = scope.latest
+        known = latest.get(cluster)
         if known is None or at > known:
-            scope.latest[cluster] = at
-        reader = INPUT_OF[source.topic]
-        key = reader.key(source.key, record)
+            latest[cluster] = at
+        time = (cluster, at)
+        keyed, fold = self._inputs[topic]
+        key = keyed(source.key, record)
         if key is None:
-            return _NOTHING._replace(time=(cluster, at))
+            return Outcome(_NONE, _NONE, _NONE, True, time)
         state, repeat = store.load(key) if store is not None else (None, False)
         if repeat:
             self.counts["redelivered"] += 1
-            return Outcome(_NONE, _NONE, [key], time=(cluster, at))
-        result = apply(self.stage, reader.fold, state, key, record, self.rules, scope.marks)
-        if isinstance(result, Failed):
-            return self._rejected(source, result.reason, raw)._replace(time=(cluster, at))
-        return self._applied(scope, key, result, [])._replace(time=(cluster, at))
+            return Outcome(_NONE, _NONE, [key], True, time)
+        result = apply(self.stage, fold, state, key, record, self.rules, scope.marks)
+        if type(result) is Failed:
+            return self._rejected(source, result.reason, raw, time, True)
+        if result.state_bytes is None and not result.emits and not result.dropped:
+            return Outcome(_NONE, _NONE, _NONE, True, time)  # most records: nothing to write
+        out: list[Out] = []
+        writes: list[Write] = []
+        self._applied(scope, key, result, out, writes)
+        return Outcome(out, writes, _NONE, True, time)
 
-    def _applied(self, scope: Scope, key: str, result: Applied, out: list[Out], writes: list[Write] | None = None) -> Outcome:
-        """A fold's result into the outcome: its records, and its state when it changed or
-        said something (its position must be kept with it)."""
+    def _applied(self, scope: Scope, key: str, result: Applied, out: list[Out], writes: list[Write]) -> None:
+        """A fold's result into `out` and `writes`: its records, and its state when it
+        changed or said something (its position must be kept with it)."""
         if result.dropped:
             self.counts.update(result.dropped)
         first = len(out)
         out.extend(map(Out, result.emits, result.emit_bytes))
-        writes = writes if writes is not None else []
         if self.keeps_state and result.state is not None and (result.state_bytes is not None or result.emits):
             writes.append(Write(key, result.state, result.state_bytes, first, len(out)))
-            self._index(scope, key, result.state)
-        return Outcome(out, writes, _NONE)
+            if self._waits:
+                self._index(scope, key, result.state)
 
-    def _rejected(self, source: Source, reason: str, raw: Raw) -> Outcome:
+    def _rejected(self, source: Source, reason: str, raw: Raw, time: tuple[str, datetime] | None = None, in_time: bool = True) -> Outcome:
         self.counts["dead_letters"] += 1
         value = raw if isinstance(raw, bytes) else raw()
         letter = dead_letter(source.name, source.key or None, source.partition, source.offset, reason, value)  # no key: None
-        return Outcome([Out(letter, None)], _NONE, _NONE)
+        return Outcome([Out(letter, None)], _NONE, _NONE, in_time, time)
 
     # --- progress (SPEC R12) ---------------------------------------------------------------
 
@@ -243,26 +270,44 @@ class Runner:
 
     def waiting(self, scope: Scope, store: StateStore, cluster: str, stream_time: datetime | None) -> list[str]:
         """Keys of `cluster` whose state waits on progress that has come, in key order
-        (deterministic). The index is built from the store once per scope."""
+        (deterministic). The index is built from the store once per scope. A key stays
+        waiting until its state says otherwise: one settled without a change is decided
+        again at the next progress."""
         if self.stage.waits_until is None:
             return []
         index = scope.waiting
         if index is None:
             index = scope.waiting = {}
+            scope.due = {}
             for key, state in store.items():
                 self._index(scope, key, state)
-        prefix = f"{cluster}/"
-        return sorted(k for k, until in index.items() if k.startswith(prefix) and settles(until, stream_time))
+        heap = scope.due.get(cluster)
+        if not heap:
+            return []
+        found = set()
+        while heap and settles(heap[0][0], stream_time):  # ANY_PROGRESS sorts first
+            until, key = heappop(heap)
+            if index.get(key) == until:
+                found.add(key)
+        keys = sorted(found)
+        for key in keys:
+            heappush(heap, (index[key], key))
+        return keys
 
     def _index(self, scope: Scope, key: str, state: Any) -> None:
         waits_until, index = self.stage.waits_until, scope.waiting
         if waits_until is None or index is None:
             return
         until = waits_until(state, self.rules)
-        if until is not None:
-            index[key] = until
-        else:
+        if until is None:
             index.pop(key, None)
+        elif index.get(key) != until:
+            index[key] = until
+            heap = scope.due.setdefault(key.partition("/")[0], [])
+            heappush(heap, (until, key))
+            if len(heap) > 2 * len(index) + 1024:  # mostly stale: keep it in proportion
+                heap[:] = [(u, k) for k, u in index.items() if k.partition("/")[0] == key.partition("/")[0]]
+                heapify(heap)
 
     # --- expiry (SPEC R7.4) ----------------------------------------------------------------
 

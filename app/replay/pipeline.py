@@ -78,7 +78,8 @@ class Pipeline:
             for topic, stage in STAGE_OF.items()
         }
         self.stream_time = _DAWN  # the latest record time of any cluster: when to sweep
-        self._next_sweep: datetime | None = None
+        self._next_sweep = _DAWN  # the first record time sets the first sweep
+        self._sweep_every = rules.retention / SWEEPS_PER_RETENTION
 
     @property
     def marks(self) -> dict[str, Watermarks]:
@@ -133,19 +134,17 @@ class Pipeline:
         return out
 
     def _source(self, stage: Stage, outcome: Outcome) -> list[Emit]:
-        out = self._deliver(stage, outcome)
-        if outcome.time is not None:  # every source record in time moves its cluster's time, progress included
-            cluster, at = outcome.time
+        out = self._deliver(stage, outcome) if outcome.out or outcome.writes else []
+        time = outcome.time
+        if time is not None:  # every source record in time moves its cluster's time, progress included
+            cluster, at = time
             if at > self.latest.get(cluster, _DAWN):
                 self.latest[cluster] = at
             if at > self.stream_time:
-                self._advance(at)
+                self.stream_time = at
+                if at >= self._next_sweep:
+                    self._sweep(at)
         return out
-
-    def _run(self, source: Source, record: StageRecord, raw: Raw) -> tuple[Outcome, list[Emit]]:
-        stage, runner, scope, store = self._readers[source.topic]
-        outcome = runner.receive_decoded(scope, store, source, record, raw)
-        return outcome, self._deliver(stage, outcome)
 
     def _deliver(self, stage: Stage, outcome: Outcome) -> list[Emit]:
         """The outcome's states stored, its records out; internal records to the stage
@@ -153,17 +152,20 @@ class Pipeline:
         for write in outcome.writes:
             self._store(stage, write, outcome.out[write.first : write.end])
         out: list[Emit] = []
+        readers = self._readers
         for emit, raw in outcome.out:
-            reader = self._readers.get(emit.topic)
+            reader = readers.get(emit.topic)
             if reader is None:
                 out.append(emit)
                 continue
             source = Source(emit.topic, emit.topic, emit.key)
+            next_stage, runner, scope, store = reader
             if self.wire:  # as through Kafka
-                next_stage, runner, scope, store = reader
-                out.extend(self._deliver(next_stage, runner.receive(scope, store, source, raw if raw is not None else _encode(emit.value))))
+                outcome = runner.receive(scope, store, source, raw if raw is not None else _encode(emit.value))
             else:
-                out.extend(self._run(source, emit.value, raw if raw is not None else (lambda v=emit.value: _encode(v)))[1])
+                outcome = runner.receive_decoded(scope, store, source, emit.value, raw if raw is not None else (lambda v=emit.value: _encode(v)))
+            if outcome.out or outcome.writes:
+                out.extend(self._deliver(next_stage, outcome))
         return out
 
     def _store(self, stage: Stage, write: Write, caused: list[Out]) -> None:
@@ -188,16 +190,13 @@ class Pipeline:
         record time read (never a timestamp written inside an object)."""
         return self.scopes[stage.name].clock(cluster)
 
-    def _advance(self, at: datetime) -> None:
+    def _sweep(self, at: datetime) -> None:
         """Sweep expired state every quarter retention of record time (R7.4); each state
         is judged by its own cluster's stream time."""
-        self.stream_time = at
-        every = self.rules.retention / SWEEPS_PER_RETENTION
-        if self._next_sweep is None:
-            self._next_sweep = at + every
-        if at < self._next_sweep:
+        first = self._next_sweep == _DAWN
+        self._next_sweep = at + self._sweep_every
+        if first:
             return
-        self._next_sweep = at + every
         for stage in STAGES:
             states = self.states.get(stage.name)
             if stage.expired is None or states is None:
