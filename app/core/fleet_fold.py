@@ -36,6 +36,7 @@ Choices (docs/fleet.md says them for users):
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from functools import lru_cache
 
 import msgspec
 
@@ -73,9 +74,12 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 def hour_of(at: datetime) -> datetime:
     """The start of the UTC hour holding `at`."""
-    return at.astimezone(timezone.utc).replace(minute=0, second=0, microsecond=0)
+    if at.tzinfo is not timezone.utc:  # records' times are decoded in UTC: no conversion
+        at = at.astimezone(timezone.utc)
+    return at.replace(minute=0, second=0, microsecond=0)
 
 
+@lru_cache(maxsize=4096)  # the same few hours, in every key of the fleet's states and records
 def iso(at: datetime) -> str:
     return at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -227,6 +231,7 @@ def _now(state: FleetStats, marks: Watermarks) -> datetime:
     return marks.stream_time(state.cluster) or state.latest
 
 
+@lru_cache(maxsize=256)  # one stream time for every state of a sweep
 def _horizon(now: datetime, fleet: FleetSettings) -> datetime:
     """The oldest hour still kept."""
     return hour_of(now) - timedelta(hours=fleet.history_hours - 1)
