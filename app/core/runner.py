@@ -26,9 +26,10 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from heapq import heapify, heappop, heappush
 from datetime import datetime, timezone
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 import msgspec
+from msgspec.structs import replace
 
 from app.core.clock import clock_fault, out_of_range
 from app.core.dead_letters import dead_letter
@@ -44,7 +45,11 @@ Raw = bytes | Callable[[], bytes]  # a record's bytes, or how to find them (only
 _DAWN = datetime.min.replace(tzinfo=timezone.utc)
 
 
-class Source(NamedTuple):
+# The per-record values below are Structs, not NamedTuples: made several times per record,
+# and a Struct is made in C (a NamedTuple's constructor is a Python function).
+
+
+class Source(msgspec.Struct, frozen=True, gc=False):
     """Where a record was read. `name`: the topic as the driver names it (a dead letter
     quotes it); `partition` of `partitions`: the partition it came from (None: a trace)."""
 
@@ -56,14 +61,14 @@ class Source(NamedTuple):
     partitions: int | None = None
 
 
-class Out(NamedTuple):
+class Out(msgspec.Struct, frozen=True, gc=False):
     """A record to write, with its JSON when the policy has it already (None: encode it)."""
 
     emit: Emit
     raw: bytes | None
 
 
-class Write(NamedTuple):
+class Write(msgspec.Struct, frozen=True, gc=False):
     """A state to store: the key's new state (`raw`: its JSON, when the policy has it)
     and the records its fold caused, `Outcome.out[first:end]`."""
 
@@ -74,7 +79,7 @@ class Write(NamedTuple):
     end: int
 
 
-class Outcome(NamedTuple):
+class Outcome(msgspec.Struct, frozen=True, gc=False):
     out: list[Out]
     writes: list[Write]
     redelivered: list[str]  # keys the record was already folded into (a repeat after a crash)
@@ -174,13 +179,13 @@ class Runner:
         cluster, at = record.cluster, record.observed_at
         if topic in INTERNAL_TOPICS:  # their times are source records' times, checked at the first stage
             if type(record) is Progress:
-                return self.progress(scope, store, source, record)._replace(time=(cluster, at))
+                return replace(self.progress(scope, store, source, record), time=(cluster, at))
         else:
             first, last = self._usable
             if not first <= at <= last:  # R11.3: neither folded nor moving stream time
                 return self._rejected(source, out_of_range(at, self.rules) or "", raw, None, False)
             if record.type == BOOKMARK:
-                return self.progress(scope, store, source, record)._replace(time=(cluster, at))
+                return replace(self.progress(scope, store, source, record), time=(cluster, at))
             marks = scope.marks.marks
             if marks:  # R11.4: a clock fault against its topic's watermark
                 where = f"{cluster}/{topic}"

@@ -153,7 +153,8 @@ class Pipeline:
             self._store(stage, write, outcome.out[write.first : write.end])
         out: list[Emit] = []
         readers = self._readers
-        for emit, raw in outcome.out:
+        for each in outcome.out:
+            emit, raw = each.emit, each.raw
             reader = readers.get(emit.topic)
             if reader is None:
                 out.append(emit)
