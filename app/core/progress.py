@@ -19,8 +19,9 @@ from app.model.decode import TypedEnvelope
 from app.model.facts import END_OF_TIME, Progress
 
 
-class Watermarks(msgspec.Struct, frozen=True, gc=False):
-    """Progress seen by one stage (partition), per `<cluster>/<source topic>`."""
+class Watermarks(msgspec.Struct, frozen=True, dict=True):
+    """Progress seen by one stage (partition), per `<cluster>/<source topic>`. Immutable:
+    its stream time per cluster is worked out once (`stream_time`, asked per record)."""
 
     latest: dict[str, dict[int, datetime]] = {}  # -> source partition -> latest progress time
     partitions: dict[str, int] = {}  # -> the source topic's partition count
@@ -75,6 +76,13 @@ class Watermarks(msgspec.Struct, frozen=True, gc=False):
         """R12.5: the least watermark over the topics this stage has seen progress of,
         for `cluster`; None while any of them has none. The end of an input is no time
         to run windows or expiry at: an ended topic does not count (None if all ended)."""
+        known = self.__dict__
+        at = known.get(cluster, _UNKNOWN)
+        if at is _UNKNOWN:
+            at = known[cluster] = self._stream_time(cluster)
+        return at
+
+    def _stream_time(self, cluster: str) -> datetime | None:
         prefix = f"{cluster}/"
         topics = {k[len(prefix):] for k in self.latest if k.startswith(prefix) and k not in self.ended}
         marks = [self.of(cluster, topic) for topic in topics]
@@ -83,6 +91,7 @@ class Watermarks(msgspec.Struct, frozen=True, gc=False):
         return min(m for m in marks if m is not None)
 
 
+_UNKNOWN = datetime.max  # naive: never a stream time
 NO_PROGRESS = Watermarks()
 # A state that waits for any progress at all (`Stage.waits_until`).
 ANY_PROGRESS = datetime.min.replace(tzinfo=timezone.utc)
