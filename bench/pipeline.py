@@ -1,7 +1,7 @@
 """The Faust pipeline on a real broker, against a bare aiokafka consume->produce pass-through
 of the same records on the same broker, measured in the same run.
 
-    python -m bench.pipeline [--records N] [--workers 1,2] [--rate R] [--seconds S] [--smoke]
+    python -m bench.pipeline [--records N] [--workers 1,2] [--rate R] [--seconds S] [--workloads] [--smoke]
 
 - throughput: N source records pre-loaded into 4-partition topics; for each count of
   `--workers` (default 1 and 2), that many `faultline worker`s are started in one group
@@ -401,10 +401,11 @@ def main() -> None:
     parser.add_argument("--workers", type=_workers, default=[1, 2], help="worker counts to measure the throughput with, one group each (default '1,2')")
     parser.add_argument("--store", choices=["memory", "rocksdb"], default="memory", help="the worker's table store")
     parser.add_argument("--worker-args", default="", help="more worker flags, e.g. '--batch-max 1 --fetch-wait-ms 1500'")
+    parser.add_argument("--workloads", action="store_true", help="a quarter of the attempts workloads without labels and a quarter of them CPU-only CronJob Jobs (SPEC R13), as bench.core's second trace")
     parser.add_argument("--smoke", action="store_true")
     args = parser.parse_args()
     WORKER_ARGS[:] = ["--store", args.store, *shlex.split(args.worker_args)]
-    records = list(generate(1_000 if args.smoke else args.records))
+    records = list(generate(1_000 if args.smoke else args.records, workloads=args.workloads))
     seconds = 3 if args.smoke else args.seconds
 
     with kafka() as bootstrap, tempfile.TemporaryDirectory() as tmp:
@@ -414,7 +415,7 @@ def main() -> None:
         measured = asyncio.run(latency(bootstrap, records, args.rate, seconds, tmp_path))
     lat, completed = measured.seconds, measured.completed
 
-    print(f"records: {len(records)}")
+    print(f"records: {len(records)}{' (with workload attempts and CPU-only Jobs)' if args.workloads else ''}")
     print(f"worker_flags: {' '.join(WORKER_ARGS)}")
     print(f"load_average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (1, 5, 15 min, at the end; {os.cpu_count()} cores)")
     print(f"passthrough_records_per_s: {passthrough:.0f}")
