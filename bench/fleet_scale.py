@@ -6,7 +6,8 @@ each of two workers in one group shows the same totals as `faultline fleet`.
 
 - The trace: `bench.tracegen.failed_fleet` (failed attempts, most after a GPU fault, on
   M nodes of 8 GPUs, 20 namespaces, 8 Kueue queues, over 40 h).
-- Embedded: `faultline fleet TRACE` (timed, its totals line kept), and the same replay
+- Embedded: `faultline fleet TRACE` (timed, its totals line kept; and over bench.core's
+  quiet trace of as many records, its baseline: the failure-heavy rate against it), and the same replay
   in this process measuring every state a stage stores, encoded as a worker's table
   entry (`app.stream.codecs`), and every output record value as a worker writes it.
 - --kafka: the trace published to a real broker ($FAULTLINE_KAFKA_BOOTSTRAP, else a
@@ -44,7 +45,7 @@ from app.replay.pipeline import Pipeline
 from app.replay.trace import read_lines
 from app.core.runner import Out, Write, encoded
 from app.stream.codecs import COMPRESS_OVER, Entry, Position, Sent, encode
-from bench.tracegen import failed_fleet
+from bench.tracegen import failed_fleet, generate
 
 LIMIT = 64 * 1024  # no table value and no record above this (issue 17)
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,6 +114,14 @@ def write_trace(path: Path, attempts: int, nodes: int, *, seed: int = 1, **kw: A
     """The scale trace as a trace file (`{"topic", "key", "value"}` lines)."""
     with path.open("wb") as out:
         for topic, key, value in failed_fleet(attempts, nodes, seed=seed, **kw):
+            out.write(b'{"topic":%s,"key":%s,"value":%s}\n' % (orjson.dumps(topic), orjson.dumps(key), value))
+    return path
+
+
+def write_quiet_trace(path: Path, records: int) -> Path:
+    """bench.core's trace (~3 % of attempts fail) of `records` records, as a trace file."""
+    with path.open("wb") as out:
+        for topic, key, value in generate(records):
             out.write(b'{"topic":%s,"key":%s,"value":%s}\n' % (orjson.dumps(topic), orjson.dumps(key), value))
     return path
 
@@ -265,17 +274,22 @@ def main() -> None:
         embedded = measure_embedded(trace)
         measured = time.perf_counter() - started
         same = totals_line(embedded.summary) == want
+        quiet = write_quiet_trace(tmp_path / "quiet.jsonl", embedded.records_in)
+        _, quiet_seconds = fleet_command(quiet)
+        heavy_rate, quiet_rate = embedded.records_in / fleet_seconds, embedded.records_in / quiet_seconds
         print(f"attempts: {attempts}")
         print(f"nodes: {nodes}")
         print(f"trace_records: {embedded.records_in} ({trace.stat().st_size / 1e6:.0f} MB, made in {made:.1f} s)")
-        print(f"fleet_command_seconds: {fleet_seconds:.1f} ({embedded.records_in / fleet_seconds:.0f} records/s)")
+        print(f"fleet_command_seconds: {fleet_seconds:.1f} ({heavy_rate:.0f} records/s)")
+        print(f"quiet_fleet_command_seconds: {quiet_seconds:.1f} ({quiet_rate:.0f} records/s; bench.core's trace, as many records)")
+        print(f"ratio_failure_heavy_to_quiet: {heavy_rate / quiet_rate:.2f} (target >= 0.5)")
         print(f"fleet_totals: {want}")
         print(f"embedded_measured_seconds: {measured:.1f} (the same replay, every state and record encoded)")
         print(f"embedded_totals_equal: {same}")
         for line in embedded.states.lines("state") + embedded.records.lines("record"):
             print(line)
         worst = max(embedded.states.top(), embedded.records.top())
-        summary = f"summary: {attempts} failed attempts on {nodes} nodes: largest state {embedded.states.top()} B, largest record {embedded.records.top()} B"
+        summary = f"summary: {attempts} failed attempts on {nodes} nodes: {heavy_rate:.0f} records/s = {heavy_rate / quiet_rate:.2f}x the quiet trace's; largest state {embedded.states.top()} B, largest record {embedded.records.top()} B"
         if args.kafka:
             from bench.broker import kafka
 
