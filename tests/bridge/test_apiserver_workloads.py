@@ -76,8 +76,8 @@ def classify_printed(text: str) -> tuple[dict[tuple[str, str, str], tuple[str, .
         elif line.startswith("JOBSET "):
             continue
         elif section == "verdicts":
-            row = cells(line)
-            verdicts[attempt(row[0])] = tuple(row[1:5])
+            row = cells(line)  # ATTEMPT CODE KIND GPU-H GPU-FAULT POD: run's table has no GPU-H
+            verdicts[attempt(row[0])] = (row[1], row[2], row[4], row[5])
         elif section == "gangs":
             row = cells(line)
             transitions[(attempt(row[0]), row[1], row[2])] += 1
