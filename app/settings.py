@@ -147,8 +147,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         msgspec.Meta(
             ge=1,
             le=60_000,
-            description="longest the broker holds a fetch of partitions with nothing new, between rebalances "
-            "(one fetch per broker is in flight, so it delays every partition; Faust's 1500 ms applies during rebalances)",
+            description="longest the broker holds a fetch that has less than --fetch-min-bytes, between rebalances: "
+            "on a quiet stream, the most a record waits at each stage's fetch (one fetch per broker is in flight, "
+            "so it delays every partition; Faust's 1500 ms applies during rebalances)",
         ),
     ] = 100
     fetch_min_bytes: Annotated[
@@ -157,10 +158,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
             ge=1,
             le=1 << 20,
             description="least bytes the broker gathers before it answers a fetch, between rebalances (Kafka's "
-            "fetch.min.bytes; it answers after --fetch-wait-ms anyway): with a short wait, fewer fetches per record "
-            "for a few ms more latency per stage (docs/streaming.md, Throughput)",
+            "fetch.min.bytes; it answers after --fetch-wait-ms anyway): a busy stream fills it at once, a quiet one "
+            "is fetched once per --fetch-wait-ms instead of once per record (docs/streaming.md, Throughput); 1: at once",
         ),
-    ] = 1
+    ] = 64 * 1024
     produce_linger_ms: Annotated[
         int,
         msgspec.Meta(

@@ -42,7 +42,7 @@ def test_the_fetcher_attributes_set_are_the_ones_aiokafka_reads_for_each_request
 def test_fetch_min_bytes_is_a_worker_setting_with_limits() -> None:
     from app.settings import Settings, SettingsError, load
 
-    assert Settings().fetch_min_bytes == 1
+    assert Settings().fetch_min_bytes == 64 * 1024  # a quiet stream is fetched once per fetch_wait_ms (issue 28)
     assert load({"fetch_min_bytes": "16384"}).fetch_min_bytes == 16384
     with pytest.raises(SettingsError, match="fetch_min_bytes"):
         load({"fetch_min_bytes": 0})
