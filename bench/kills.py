@@ -86,16 +86,30 @@ def compare(expected: list[tuple[str, str, bytes]], got: list[tuple[str, str, by
         what = {CLASSIFIED_FAILURES: "verdicts", GANG_TRANSITIONS: "gangs"}.get(topic)
         what = what or ("faults" if topic.endswith(".faults") else "stuck")
         differ[what] += 1
+        _show(key, want.get(key), have.get(key))
     # Derived records as the broker's fleet test compares them: the latest per key, counts
     # back at zero aside, a quarantine record by what it decides.
     want_derived = _order_free({k: v for k, v in want.items() if k[0] in derived})
     have_derived = _order_free({k: v for k, v in have.items() if k[0] in derived})
-    differ["derived"] = sum(1 for k in want_derived.keys() | have_derived.keys() if want_derived.get(k) != have_derived.get(k))
+    differ["derived"] = 0
+    for k in want_derived.keys() | have_derived.keys():
+        if want_derived.get(k) != have_derived.get(k):
+            differ["derived"] += 1
+            _show(k, want_derived.get(k), have_derived.get(k))
     differ["readmissions"] = len(_readmissions(expected) ^ _readmissions(got))
     letters = Outputs._letters([v for t, _, v in expected if t == DEAD_LETTER])
     streamed = Outputs._letters([v for t, _, v in got if t == DEAD_LETTER], stack.prefix)
     differ["dead_letters"] = len(set(letters) ^ set(streamed))
     return differ
+
+
+def _show(key: Any, offline: Any, streamed: Any) -> None:
+    """What differs for one key, field by field (stderr), so a run that differs says where."""
+    if isinstance(offline, dict) and isinstance(streamed, dict):
+        fields = {f: (offline.get(f), streamed.get(f)) for f in offline.keys() | streamed.keys() if offline.get(f) != streamed.get(f)}
+        print(f"  differs {key}: (offline, streamed) {fields}", file=sys.stderr)
+    else:
+        print(f"  differs {key}: offline {offline!r:.300} streamed {streamed!r:.300}", file=sys.stderr)
 
 
 def _chunks(records: list[dict], parts: int) -> list[list[dict]]:
