@@ -52,6 +52,7 @@ class Stages:
         self.counts = self.delivery.counts
         self._logged: Counter[str] = Counter()
         self.tables: dict[str, StateTable[Any]] = {}
+        self.unsent: dict[str, Unsent] = {}  # stage name -> what its table's outboxes hold unsent (unsent.py)
         self.runners = {stage.name: Runner(stage, rules, self.counts) for stage in STAGES}
         # Stage name -> input partition -> its scope, for this ownership (`_scopes`).
         self.scopes: dict[str, dict[int, Scope]] = {stage.name: {} for stage in STAGES}
@@ -150,7 +151,7 @@ class Stages:
                 self.handle(stage, table, message, batch)
 
             return handle
-        unsent = Unsent(self.app, table, self.delivery.committed)
+        unsent = self.unsent[stage.name] = Unsent(self.app, table, self.delivery.committed)
 
         async def handle_with_state(message: faust.types.Message, batch: Batch) -> None:
             self.handle(stage, table, message, batch, await unsent.take(message))
@@ -192,7 +193,10 @@ class Stages:
         if outcome.writes:
             assert table is not None and store is not None
             event = event_in_hand()  # names the table partition
+            kept = self.unsent.get(stage.name)
             for write in outcome.writes:
+                if kept is not None:
+                    kept.folded(write.key)  # a newer view: what it held unsent is superseded
                 caused = records[starts[write.first] : starts[write.end]]
                 table.hold(write.key, event, store.positions(write.key), write.state, write.raw, caused)
         batch.outputs.extend(records)

@@ -124,13 +124,14 @@ class StateTable(Generic[S]):
             except (msgspec.DecodeError, zlib.error):
                 log.warning("table %s: undecodable entry for key %r left in place", self.name, raw_key)
 
-    def outboxes(self) -> Iterator[Sent]:
-        """The records in the outboxes of the entries in the store (not those held)."""
+    def outboxes(self) -> Iterator[tuple[bytes, Sent]]:
+        """(key, record) of the outboxes of the entries in the store (not those held)."""
         for raw_key, raw in list(self.table.data.items()):
             if raw_key[:1] == b"/":
                 continue
             try:
-                yield from _outbox_decoder.decode(zlib.decompress(raw) if raw[:1] == _ZLIB else raw).outbox
+                for sent in _outbox_decoder.decode(zlib.decompress(raw) if raw[:1] == _ZLIB else raw).outbox:
+                    yield raw_key, sent
             except (msgspec.DecodeError, zlib.error):
                 log.warning("table %s: undecodable entry for key %r left in place", self.name, raw_key)
 
