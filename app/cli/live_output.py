@@ -29,6 +29,8 @@ class Shown(NamedTuple):
     kind: str
     fault: str
     pod: str
+    reasons: tuple[str, ...] = ()
+    terminal: bool = True
 
 
 # Attempts whose last verdict is remembered to say what a revision replaces; the oldest
@@ -53,6 +55,10 @@ def verdict_cells(v: ClassifiedFailure, previous: Shown | None) -> tuple[str, ..
     if not v.terminal:
         notes.append(f"restarted in place (generation {v.generation})")
     return (REVISED if v.revision else VERDICT, render.attempt_name(v), v.code, v.kind, fault, pod, "; ".join(notes))
+
+
+def _shown(v: ClassifiedFailure) -> Shown:
+    return Shown(v.code, v.kind, render.fault_text(v.gpu_fault), v.faulted_pod.name if v.faulted_pod else "-", tuple(v.reasons), v.terminal)
 
 
 def transition_cells(t: GangTransition) -> tuple[str, ...]:
@@ -92,6 +98,11 @@ class LivePrinter:
         if emit.topic == CLASSIFIED_FAILURES:
             v: ClassifiedFailure = emit.value
             self.verdicts += 1
+            if v.revision and self._last.get(v.key) == _shown(v):
+                # Nothing the table shows changed (e.g. only the GPU time, which it has no
+                # column for): the record is in --out, the row would say nothing.
+                self._remember(v)
+                return
             self._print([self._columns.line(verdict_cells(v, self._last.get(v.key))), *render.reasons(v.reasons)])
             self._remember(v)
         elif emit.topic == GANG_TRANSITIONS:
@@ -101,7 +112,7 @@ class LivePrinter:
             print(f"faultline: a record could not be read and was skipped ({emit.value.reason})", file=sys.stderr)
 
     def _remember(self, v: ClassifiedFailure) -> None:
-        self._last[v.key] = Shown(v.code, v.kind, render.fault_text(v.gpu_fault), v.faulted_pod.name if v.faulted_pod else "-")
+        self._last[v.key] = _shown(v)
         self._last.move_to_end(v.key)
         if len(self._last) > REMEMBERED:
             self._last.popitem(last=False)

@@ -77,14 +77,16 @@ def revised(emit: Emit, **changes: object) -> Emit:
 def test_a_revision_is_marked_revised_with_the_verdict_it_replaces():
     first = next(e for e in emits_of("mixed.jsonl") if e.topic == CLASSIFIED_FAILURES and e.value.code == "Error")
     later = revised(first, code="GpuXidError", kind="SYSTEM")
-    again = revised(later)
-    lines, out = printed([first, later, again])
-    rows = lines[1:]
+    unshown = revised(later, gpu_seconds=(later.value.gpu_seconds or 0) + 60)  # nothing the table shows
+    again = revised(unshown, reasons=[*later.value.reasons, "a later record"])
+    lines, out = printed([first, later, unshown, again])
+    rows = [line for line in lines[1:] if not line.startswith(" ")]
     assert rows[0].startswith("verdict ") and "was" not in rows[0]
     assert rows[1].startswith("revised ") and rows[1].endswith("was Error USER")
     assert rows[1].split()[2:4] == ["GpuXidError", "SYSTEM"]
+    assert len(rows) == 3  # the revision that changes nothing shown is not printed
     assert rows[2].startswith("revised ") and rows[2].endswith("same verdict, new evidence")
-    assert len(out.splitlines()) == 3  # --out has every record
+    assert len(out.splitlines()) == 4  # --out has every record
 
 
 def test_a_revision_after_a_restart_names_the_verdict_the_earlier_run_printed():
