@@ -2,7 +2,8 @@
 
 Every field of `app.core.rules.Rules` may be given; a field given replaces the default
 wholesale (a list or table is not merged). `faultline rules show` prints the full
-default set to start from.
+default set to start from; its output is a rule file as it stands (its `rules_version`
+is ignored: the version is computed from the settings).
 """
 
 from __future__ import annotations
@@ -28,6 +29,12 @@ def load_rules(path: Path | None) -> Rules:
         raise RuleFileError(f"rule file {path}: cannot be read ({exc.strerror}); give the path of a .toml or .json rule file") from None
     decode = msgspec.json.decode if path.suffix == ".json" else msgspec.toml.decode
     try:
+        document = decode(content)
+        if isinstance(document, dict) and "rules_version" in document:
+            # What `rules show` prints starts with the set's version: computed from the
+            # settings (R10.1), so a file's own is ignored, edited settings or not.
+            del document["rules_version"]
+            decode, content = msgspec.json.decode, msgspec.json.encode(document)
         rules = decode(content, type=Rules)
     except msgspec.ValidationError as exc:
         raise RuleFileError(f"rule file {path}: {exc}; `faultline rules show` lists every field with its default") from None

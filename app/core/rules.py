@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 from datetime import datetime, timedelta, timezone
 from functools import cached_property
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 
@@ -232,7 +232,7 @@ class Rules(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True):
         settings.pop("name")
         if settings.get("fleet") is not None:
             settings["fleet"].pop("recent_verdicts")  # the read model's, never in a record
-        payload = msgspec.json.encode(settings, order="deterministic")  # sorts keys and sets
+        payload = msgspec.json.encode(_integral(settings), order="deterministic")  # sorts keys and sets
         return f"{self.name}@{hashlib.sha256(payload).hexdigest()[:12]}"
 
     def without_fleet_stage(self) -> Rules:
@@ -245,3 +245,15 @@ class Rules(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True):
 
 
 DEFAULT_RULES = Rules()
+
+
+def _integral(value: Any) -> Any:
+    """`value` with every whole float as an int: `window_seconds = 1800` in a file and the
+    default 1800 are one setting, so one version (a float field keeps what it was given)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {key: _integral(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_integral(item) for item in value]
+    return value

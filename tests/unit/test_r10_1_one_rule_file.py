@@ -141,3 +141,18 @@ def test_r10_1_fleet_settings_are_declared_once() -> None:
     fields = {f.name for f in msgspec.structs.fields(Settings)}
     assert not fields & {"quarantine_threshold", "quarantine_window", "fleet_history_hours", "recent_verdicts"}
     assert [info.field for info in FLEET_SETTINGS] == [f.name for f in msgspec.structs.fields(FleetSettings)]
+
+
+
+def test_r10_1_what_rules_show_prints_is_a_rule_file_of_the_same_version(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`rules show > site.json`, edit, use: the printed set loads as it stands (its
+    `rules_version` is ignored, not an unknown field) and, unedited, is the same rule set:
+    whole seconds read back as floats do not change the version."""
+    printed = shown(capsys, "--rules", str(rule_file(tmp_path, 'name = "site"\nwindow_seconds = 900\n')))
+    assert isinstance(printed["slack_seconds"], int)
+    assert shown(capsys, "--rules", str(rule_file(tmp_path, json.dumps(printed), "shown.json"))) == printed
+    edited = rule_file(tmp_path, json.dumps({**printed, "window_seconds": 600}), "edited.json")
+    assert shown(capsys, "--rules", str(edited))["rules_version"] != printed["rules_version"]
+    toml = rule_file(tmp_path, 'rules_version = "stale@000000000000"\nname = "site"\nwindow_seconds = 900.0\n', "floats.toml")
+    assert shown(capsys, "--rules", str(toml))["rules_version"] == printed["rules_version"]
+    assert Rules(window_seconds=900.0, name="site").version == Rules(window_seconds=900, name="site").version
