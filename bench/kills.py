@@ -13,7 +13,8 @@
 Each run then waits until every input record was processed and compares, with the offline
 replay (`faultline replay`'s pipeline) of the whole trace: the latest verdict, fault, gang
 transition, stuck readmission and derived record per key (a verdict's `revision` aside: it
-counts emissions), the readmissions, and the dead letters. Prints one line per run and
+counts emissions), each gang's whole chain of transitions (and whether the streamed one
+chains), the readmissions, and the dead letters. Prints one line per run and
 the totals; every count should be 0. Not a benchmark of speed: a harness of exactness,
 kept here with the other measurements that need a broker and minutes.
 """
@@ -97,6 +98,15 @@ def compare(expected: list[tuple[str, str, bytes]], got: list[tuple[str, str, by
             differ["derived"] += 1
             _show(k, want_derived.get(k), have_derived.get(k))
     differ["readmissions"] = len(_readmissions(expected) ^ _readmissions(got))
+    # Each gang's whole chain of transitions, not just its last: a chain with a hole can
+    # end on the right state (a lost Pending -> Running before a right Running -> Failed).
+    want_chains, have_chains = Outputs._transitions(expected), Outputs._transitions(got)
+    differ["chains"] = 0
+    for key in want_chains.keys() | have_chains.keys():
+        if want_chains.get(key) != have_chains.get(key):
+            differ["chains"] += 1
+            _show((GANG_TRANSITIONS, key), [orjson.loads(v) for v in want_chains.get(key, [])], [orjson.loads(v) for v in have_chains.get(key, [])])
+    differ["broken_chains"] = len(Outputs._broken_chains(got))
     letters = Outputs._letters([v for t, _, v in expected if t == DEAD_LETTER])
     streamed = Outputs._letters([v for t, _, v in got if t == DEAD_LETTER], stack.prefix)
     differ["dead_letters"] = len(set(letters) ^ set(streamed))
