@@ -265,20 +265,34 @@ def fold_pod(
     # slim view is the same, so the facts would be too, and nothing happened (R7.4) —
     # unless it still shows a device Unhealthy or Unknown, whose last_seen it moves (R14.2).
     seen = _digest(change, pod)
-    if seen == state.seen and not is_showing(state.devices):
+    if seen == state.seen and not (state.devices and is_showing(state.devices)):
         return state, []
     last_activity = max(state.last_activity, observed_at)
     previous = state.pod
     trim = Trim(rules)
     facts = pod_facts_of(change, observed_at, cluster, pod, previous, rules, trim)
-    times = (("container finishedAt", c.finished_at) for c in facts.containers)
-    written = facts.disruption.written if facts.disruption is not None else None
-    require_in_range((("metadata.deletionTimestamp", facts.deletion_timestamp), ("DisruptionTarget lastTransitionTime", written), *times), rules)
-    faults = _trustworthy(state.faults, facts.node_name, rules)
-    devices, lost = kept_devices(merged(state.devices, devices_shown(pod, rules, trim), observed_at), rules)
+    _require_times_in_range(facts, rules)
+    faults = _trustworthy(state.faults, facts.node_name, rules) if state.faults else state.faults
+    shown = devices_shown(pod, rules, trim)
+    devices, lost = kept_devices(merged(state.devices, shown, observed_at), rules) if shown or state.devices else (state.devices, 0)
     forwarded, emits = _forward(previous, _with_faults(facts, faults, devices, rules), observed_at, rules)
     state = msgspec.structs.replace(state, last_activity=last_activity, seen=seen, pod=forwarded, faults=faults, devices=devices)
-    return state, emits + trim.dropped() + dropped(DROPPED_DEVICE_HEALTH, lost)
+    if trim.cut or lost:
+        emits = emits + trim.dropped() + dropped(DROPPED_DEVICE_HEALTH, lost)
+    return state, emits
+
+
+def _require_times_in_range(facts: PodFacts, rules: Rules) -> None:
+    """R11.3 for the object times the facts keep; the named check only when one is out
+    of range (this runs for every pod record that changed something)."""
+    first, last = rules.usable_times
+    written = facts.disruption.written if facts.disruption is not None else None
+    deleted = facts.deletion_timestamp
+    if (deleted is None or first <= deleted <= last) and (written is None or first <= written <= last):
+        if all(c.finished_at is None or first <= c.finished_at <= last for c in facts.containers):
+            return
+    times = (("container finishedAt", c.finished_at) for c in facts.containers)
+    require_in_range((("metadata.deletionTimestamp", deleted), ("DisruptionTarget lastTransitionTime", written), *times), rules)
 
 
 def _trustworthy(faults: dict[str, FaultEvent], node_name: str, rules: Rules) -> dict[str, FaultEvent]:
