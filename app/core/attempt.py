@@ -13,7 +13,7 @@ name only the cluster). The attempt's identity travels with the tracked object's
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import msgspec
 
 from app.core import workload as w
 from app.core.bounds import Trim
@@ -45,7 +45,7 @@ def is_child_pod(labels: dict[str, str], rules: Rules) -> bool:
     return not labels.keys().isdisjoint(rules.child_pod_labels)
 
 
-class Route(NamedTuple):
+class Route(msgspec.Struct, frozen=True, gc=False):  # a Struct: made for every pod record that changed
     """Where a pod's facts go: the attempt stage's key, and the attempt when the pod
     alone tells it (labels, a Kubeflow job's or a batch Job's pod, a bare pod; not a
     JobSet's pod, which cannot tell a bare JobSet from a TrainJob's, nor a Ray pod)."""
