@@ -96,8 +96,12 @@ def _container_facts(name: str, status: ContainerStatus | None, trim: Trim) -> C
 def _containers(pod: Pod, trim: Trim) -> tuple[ContainerFacts, ...]:
     """Regular containers in spec order, each with its current status (if reported)."""
     specs, statuses = pod.spec.containers, pod.status.container_statuses
-    if len(specs) == len(statuses) and all(c.name == s.name for c, s in zip(specs, statuses)):
-        return tuple(_container_facts(s.name, s, trim) for s in statuses)  # the usual shape
+    if len(specs) == len(statuses):
+        for spec, status in zip(specs, statuses):
+            if spec.name != status.name:
+                break
+        else:  # the usual shape (loops, not generators: this runs for every pod record that changed)
+            return tuple([_container_facts(s.name, s, trim) for s in statuses])
     by_name = {s.name: s for s in statuses}
     names = [c.name for c in specs]
     names += [name for name in by_name if name not in names]
@@ -144,8 +148,10 @@ def disruption_of(pod: Pod, observed_at: datetime, known: PodDisruption | None, 
     """R14.1: the pod's DisruptionTarget condition with status True, as this record shows
     it. Its time is the lastTransitionTime capped by the observed_at of the first record
     that showed this transition (R2.7c), so later records of it keep that time."""
-    condition = next((c for c in pod.status.conditions if c.type == DISRUPTION_TARGET and c.status == "True"), None)
-    if condition is None:
+    for condition in pod.status.conditions:  # a loop, not next(): this runs for every pod record that changed
+        if condition.type == DISRUPTION_TARGET and condition.status == "True":
+            break
+    else:
         return None
     reason, message, written = trim.token(condition.reason), trim.message(condition.message), condition.last_transition_time
     if known is not None and (known.reason, known.written) == (reason, written):
@@ -226,7 +232,7 @@ def _forward(previous: PodFacts | None, facts: PodFacts, observed_at: datetime, 
     route = pod_route(facts, rules)  # R1, R13: where its attempt is joined, if anywhere
     attempt = route.attempt if route is not None else None
     emits: list[Emit] = []
-    old = {f.event_uid: f for f in previous.faults} if previous is not None else {}
+    old = {f.event_uid: f for f in previous.faults} if previous is not None and previous.faults else {}
     relabelled = previous is None or previous.labels != facts.labels
     for attributed in facts.faults:
         known = old.get(attributed.event_uid)
