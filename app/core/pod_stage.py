@@ -96,8 +96,12 @@ def _container_facts(name: str, status: ContainerStatus | None, trim: Trim) -> C
 def _containers(pod: Pod, trim: Trim) -> tuple[ContainerFacts, ...]:
     """Regular containers in spec order, each with its current status (if reported)."""
     specs, statuses = pod.spec.containers, pod.status.container_statuses
-    if len(specs) == len(statuses) and all(c.name == s.name for c, s in zip(specs, statuses)):
-        return tuple(_container_facts(s.name, s, trim) for s in statuses)  # the usual shape
+    if len(specs) == len(statuses):
+        for spec, status in zip(specs, statuses):
+            if spec.name != status.name:
+                break
+        else:  # the usual shape (loops, not generators: this runs for every pod record that changed)
+            return tuple([_container_facts(s.name, s, trim) for s in statuses])
     by_name = {s.name: s for s in statuses}
     names = [c.name for c in specs]
     names += [name for name in by_name if name not in names]
@@ -144,8 +148,10 @@ def disruption_of(pod: Pod, observed_at: datetime, known: PodDisruption | None, 
     """R14.1: the pod's DisruptionTarget condition with status True, as this record shows
     it. Its time is the lastTransitionTime capped by the observed_at of the first record
     that showed this transition (R2.7c), so later records of it keep that time."""
-    condition = next((c for c in pod.status.conditions if c.type == DISRUPTION_TARGET and c.status == "True"), None)
-    if condition is None:
+    for condition in pod.status.conditions:  # a loop, not next(): this runs for every pod record that changed
+        if condition.type == DISRUPTION_TARGET and condition.status == "True":
+            break
+    else:
         return None
     reason, message, written = trim.token(condition.reason), trim.message(condition.message), condition.last_transition_time
     if known is not None and (known.reason, known.written) == (reason, written):
@@ -226,7 +232,7 @@ def _forward(previous: PodFacts | None, facts: PodFacts, observed_at: datetime, 
     route = pod_route(facts, rules)  # R1, R13: where its attempt is joined, if anywhere
     attempt = route.attempt if route is not None else None
     emits: list[Emit] = []
-    old = {f.event_uid: f for f in previous.faults} if previous is not None else {}
+    old = {f.event_uid: f for f in previous.faults} if previous is not None and previous.faults else {}
     relabelled = previous is None or previous.labels != facts.labels
     for attributed in facts.faults:
         known = old.get(attributed.event_uid)
@@ -265,20 +271,34 @@ def fold_pod(
     # slim view is the same, so the facts would be too, and nothing happened (R7.4) —
     # unless it still shows a device Unhealthy or Unknown, whose last_seen it moves (R14.2).
     seen = _digest(change, pod)
-    if seen == state.seen and not is_showing(state.devices):
+    if seen == state.seen and not (state.devices and is_showing(state.devices)):
         return state, []
     last_activity = max(state.last_activity, observed_at)
     previous = state.pod
     trim = Trim(rules)
     facts = pod_facts_of(change, observed_at, cluster, pod, previous, rules, trim)
-    times = (("container finishedAt", c.finished_at) for c in facts.containers)
-    written = facts.disruption.written if facts.disruption is not None else None
-    require_in_range((("metadata.deletionTimestamp", facts.deletion_timestamp), ("DisruptionTarget lastTransitionTime", written), *times), rules)
-    faults = _trustworthy(state.faults, facts.node_name, rules)
-    devices, lost = kept_devices(merged(state.devices, devices_shown(pod, rules, trim), observed_at), rules)
+    _require_times_in_range(facts, rules)
+    faults = _trustworthy(state.faults, facts.node_name, rules) if state.faults else state.faults
+    shown = devices_shown(pod, rules, trim)
+    devices, lost = kept_devices(merged(state.devices, shown, observed_at), rules) if shown or state.devices else (state.devices, 0)
     forwarded, emits = _forward(previous, _with_faults(facts, faults, devices, rules), observed_at, rules)
     state = msgspec.structs.replace(state, last_activity=last_activity, seen=seen, pod=forwarded, faults=faults, devices=devices)
-    return state, emits + trim.dropped() + dropped(DROPPED_DEVICE_HEALTH, lost)
+    if trim.cut or lost:
+        emits = emits + trim.dropped() + dropped(DROPPED_DEVICE_HEALTH, lost)
+    return state, emits
+
+
+def _require_times_in_range(facts: PodFacts, rules: Rules) -> None:
+    """R11.3 for the object times the facts keep; the named check only when one is out
+    of range (this runs for every pod record that changed something)."""
+    first, last = rules.usable_times
+    written = facts.disruption.written if facts.disruption is not None else None
+    deleted = facts.deletion_timestamp
+    if (deleted is None or first <= deleted <= last) and (written is None or first <= written <= last):
+        if all(c.finished_at is None or first <= c.finished_at <= last for c in facts.containers):
+            return
+    times = (("container finishedAt", c.finished_at) for c in facts.containers)
+    require_in_range((("metadata.deletionTimestamp", deleted), ("DisruptionTarget lastTransitionTime", written), *times), rules)
 
 
 def _trustworthy(faults: dict[str, FaultEvent], node_name: str, rules: Rules) -> dict[str, FaultEvent]:

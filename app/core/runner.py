@@ -160,6 +160,7 @@ class Runner:
         self.keeps_state = stage.state is not None
         self._waits = stage.waits_until is not None
         self._usable = rules.usable_times  # R11.3
+        self._skew = rules.max_clock_skew  # R11.4: only a record past it needs `clock_fault`
         self._inputs = {t: (INPUT_OF[t].key, INPUT_OF[t].fold) for t in stage.topics}  # as the topology says now
 
     # --- records ---------------------------------------------------------------------------
@@ -189,7 +190,8 @@ class Runner:
             marks = scope.marks.marks
             if marks:  # R11.4: a clock fault against its topic's watermark
                 where = f"{cluster}/{topic}"
-                fault = clock_fault(at, marks.get(where), where, self.rules)
+                mark = marks.get(where)
+                fault = clock_fault(at, mark, where, self.rules) if mark is not None and at - mark > self._skew else None
                 if fault is not None:
                     self.counts["clock_faults"] += 1
                     return self._rejected(source, fault, raw, None, False)

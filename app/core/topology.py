@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 import msgspec
 
@@ -147,11 +147,12 @@ def decode_record(topic: str, value: bytes) -> StageRecord:
 # --- the fold policy ---------------------------------------------------------------------------
 
 
-class Failed(NamedTuple):
+# Structs, not NamedTuples: one is made for every record (a Struct is made in C).
+class Failed(msgspec.Struct, frozen=True, gc=False):
     reason: str
 
 
-class Applied(NamedTuple):
+class Applied(msgspec.Struct, frozen=True, gc=False):
     """A fold's result, checked (SPEC R11.3, R11.5): the key's new state (None: keep
     none) with its JSON (None when the fold kept the state it was given), the records to
     write with theirs, and what the fold left out to stay bounded (counter -> count)."""

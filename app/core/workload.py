@@ -98,10 +98,11 @@ def requests_gpu(spec: PodSpec, rules: Rules) -> bool:
     return False
 
 
-def _part(what: str, value: str) -> str:
-    """A part of a key (SPEC R11.3): empty or holding '/' it would split the key differently."""
+def _part(what: str, value: str, kind: str | None = None) -> str:
+    """A part of a key (SPEC R11.3): empty or holding '/' it would split the key differently.
+    (`kind` is put before `what` only in a refusal: no message is built per record.)"""
     if not value or "/" in value:
-        raise BadRecord(f"{what} {value[:256]!r} cannot name a workload: it is empty or contains '/'")
+        raise BadRecord(f"{what if kind is None else f'{kind} {what}'} {value[:256]!r} cannot name a workload: it is empty or contains '/'")
     return value
 
 
@@ -111,8 +112,8 @@ def workload_attempt(cluster: str, namespace: str, kind: str, name: str, uid: st
         cluster=cluster,
         namespace=_part("namespace", namespace),
         kind=kind,
-        name=_part(f"{kind} name", name),
-        uid=_part(f"{kind} uid", uid),
+        name=_part("name", name, kind),
+        uid=_part("uid", uid, kind),
     )
 
 
