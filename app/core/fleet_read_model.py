@@ -74,6 +74,7 @@ class FleetState(msgspec.Struct):
     queues: dict[str, GangQueue] = {}
     stuck: dict[str, StuckReadmission] = {}  # waits past max_readmission_wait now (SPEC R15.4)
     recent: list[VerdictRow] = []  # newest first, one per attempt key
+    recent_rows: dict[str, VerdictRow] = {}  # attempt key -> its row in `recent` (kept with it)
     dead_letters: int = 0
 
 
@@ -154,7 +155,11 @@ def oldest_hour(state: FleetState, settings: FleetSettings) -> datetime | None:
 
 
 def _recent(state: FleetState, v: ClassifiedFailure, settings: FleetSettings) -> None:
-    if any(r.key == v.key and r.revision > v.revision for r in state.recent):
+    # Once per verdict: the key's row found by key and the new one placed by binary search
+    # (the list is ordered by (failed_at, key), newest first), not a scan and a sort.
+    rows = state.recent_rows
+    old = rows.get(v.key)
+    if old is not None and old.revision > v.revision:
         return  # an older revision read late
     fault = v.gpu_fault
     pod = v.faulted_pod.name if v.faulted_pod is not None else (fault.pod.name if fault is not None else "")
@@ -177,6 +182,27 @@ def _recent(state: FleetState, v: ClassifiedFailure, settings: FleetSettings) ->
         identity=v.identity,
         gpu_seconds=v.gpu_seconds,
     )
-    rows = [row, *(r for r in state.recent if r.key != v.key)]
-    rows.sort(key=lambda r: (r.failed_at, r.key), reverse=True)  # newest first, whatever the read order
-    state.recent = rows[: settings.recent_verdicts]
+    recent = list(state.recent)  # a new list: a reader holding the old one sees it whole
+    if old is not None:
+        del recent[_newer_than(recent, old.failed_at, old.key) - 1]
+        del rows[old.key]
+    at = _newer_than(recent, row.failed_at, row.key)
+    if at < settings.recent_verdicts:
+        recent.insert(at, row)
+        rows[row.key] = row
+    while len(recent) > settings.recent_verdicts:
+        del rows[recent.pop().key]
+    state.recent = recent
+
+
+def _newer_than(recent: list[VerdictRow], failed_at: datetime, key: str) -> int:
+    """How many rows of `recent` (newest first) sort at or before (failed_at, key)."""
+    low, high = 0, len(recent)
+    while low < high:
+        mid = (low + high) // 2
+        r = recent[mid]
+        if (r.failed_at, r.key) >= (failed_at, key):
+            low = mid + 1
+        else:
+            high = mid
+    return low
