@@ -231,10 +231,14 @@ def _now(state: FleetStats, marks: Watermarks) -> datetime:
     return marks.stream_time(state.cluster) or state.latest
 
 
-@lru_cache(maxsize=256)  # one stream time for every state of a sweep
 def _horizon(now: datetime, fleet: FleetSettings) -> datetime:
     """The oldest hour still kept."""
-    return hour_of(now) - timedelta(hours=fleet.history_hours - 1)
+    return _horizon_at(now, fleet.history_hours)
+
+
+@lru_cache(maxsize=256)  # one stream time for every state of a sweep (an int hashes faster than the settings)
+def _horizon_at(now: datetime, history_hours: int) -> datetime:
+    return hour_of(now) - timedelta(hours=history_hours - 1)
 
 
 def fold_fleet(
@@ -283,11 +287,12 @@ def fleet_expired(state: FleetStats, stream_time: datetime, rules: Rules) -> boo
     fleet = rules.fleet
     if fleet is None:
         return True
-    horizon = _horizon(stream_time, fleet)
+    # A sweep judges every state: the hourly ones, most of them, first.
+    if isinstance(state, (RateStats, FailureStats, GpuTimeStats)):
+        return state.hour < _horizon_at(stream_time, fleet.history_hours)
     if isinstance(state, SourceStats):
         return not state.hits and state.candidate_since is None
-    if isinstance(state, RateStats | FailureStats | GpuTimeStats):
-        return state.hour < horizon
+    horizon = _horizon(stream_time, fleet)
     return not state.waiting and all(b.hour < horizon for b in state.buckets)
 
 
