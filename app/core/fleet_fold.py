@@ -35,6 +35,7 @@ Choices (docs/fleet.md says them for users):
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 
@@ -231,10 +232,14 @@ def _now(state: FleetStats, marks: Watermarks) -> datetime:
     return marks.stream_time(state.cluster) or state.latest
 
 
-@lru_cache(maxsize=256)  # one stream time for every state of a sweep
 def _horizon(now: datetime, fleet: FleetSettings) -> datetime:
     """The oldest hour still kept."""
-    return hour_of(now) - timedelta(hours=fleet.history_hours - 1)
+    return _horizon_at(now, fleet.history_hours)
+
+
+@lru_cache(maxsize=256)  # one stream time for every state of a sweep (an int hashes faster than the settings)
+def _horizon_at(now: datetime, history_hours: int) -> datetime:
+    return hour_of(now) - timedelta(hours=history_hours - 1)
 
 
 def fold_fleet(
@@ -283,11 +288,12 @@ def fleet_expired(state: FleetStats, stream_time: datetime, rules: Rules) -> boo
     fleet = rules.fleet
     if fleet is None:
         return True
-    horizon = _horizon(stream_time, fleet)
+    # A sweep judges every state: the hourly ones, most of them, first.
+    if isinstance(state, (RateStats, FailureStats, GpuTimeStats)):
+        return state.hour < _horizon_at(stream_time, fleet.history_hours)
     if isinstance(state, SourceStats):
         return not state.hits and state.candidate_since is None
-    if isinstance(state, RateStats | FailureStats | GpuTimeStats):
-        return state.hour < horizon
+    horizon = _horizon(stream_time, fleet)
     return not state.waiting and all(b.hour < horizon for b in state.buckets)
 
 
@@ -323,49 +329,60 @@ def _on_rate(
 ) -> tuple[RateStats | None, list[Emit]]:
     """A fault counted in (`after`) or out of (`before`) the hour of this state."""
     latest = max(state.latest if state is not None else _EPOCH, change.observed_at)
-    if hour < _horizon(marks.stream_time(change.cluster) or latest, fleet):
+    if hour < _horizon_at(marks.stream_time(change.cluster) or latest, fleet.history_hours):
         return state, []  # past the history: no longer kept
     if state is None:
         state = RateStats(change.cluster, change.node, hour, change.gpu)
-    state = msgspec.structs.replace(state, latest=latest, gpu_index=change.gpu_index if change.gpu_index is not None else state.gpu_index)
     before, after = change.before, change.after
+    xids, last = list(state.xids), state.last_fault_at
     if before is not None and before.hour == hour:
-        state = _count(state, before, -1, -before.occurrences)
+        last = _count(xids, last, before, -1, -before.occurrences)
     if after.hour == hour:
-        state = _count(state, after, 1, after.occurrences)
+        last = _count(xids, last, after, 1, after.occurrences)
+    state = msgspec.structs.replace(
+        state,
+        latest=latest,
+        gpu_index=change.gpu_index if change.gpu_index is not None else state.gpu_index,
+        xids=tuple(xids),
+        last_fault_at=last,
+    )
     return state, [_rate(state)]
 
 
-def _count(state: RateStats, fault: FaultCount, faults: int, occurrences: int) -> RateStats:
+def _xid_order(x: XidCount) -> tuple[str, int, str]:
+    return (x.kind, x.code, x.severity)
+
+
+def _count(xids: list[XidCount], last: datetime | None, fault: FaultCount, faults: int, occurrences: int) -> datetime | None:
+    """Count a fault in or out of `xids` (in place; ordered by kind, code and severity, an
+    entry with nothing left dropped), and the hour's `last_fault_at` after it. Found by
+    binary search: a node in a fault storm has an entry per code in its busiest hours."""
     # By code and severity: a device Unhealthy (critical) and Unknown (warn) share kind and
     # code (R14.2), and an Xid's tail may lower its severity (R2.3).
-    xids = list(state.xids)
-    at = next((i for i, x in enumerate(xids) if (x.kind, x.code, x.severity) == (fault.kind, fault.code, fault.severity)), None)
-    if at is None:
-        xids.append(XidCount(fault.kind, fault.code, fault.name, fault.severity, faults, occurrences))
-        xids.sort(key=lambda x: (x.kind, x.code, x.severity))
-    else:
+    which = (fault.kind, fault.code, fault.severity)
+    at = bisect_left(xids, which, key=_xid_order)
+    if at < len(xids) and _xid_order(xids[at]) == which:
         x = xids[at]
-        xids[at] = msgspec.structs.replace(x, faults=x.faults + faults, occurrences=x.occurrences + occurrences)
-    last = state.last_fault_at or fault.first_seen
-    return msgspec.structs.replace(
-        state,
-        xids=tuple(x for x in xids if x.faults > 0 or x.occurrences > 0),
-        last_fault_at=max(last, fault.first_seen) if faults >= 0 else last,
-    )
-
-
-def _severity_counts(xids: tuple[XidCount, ...] | list[XidCount]) -> dict[str, int]:
-    counts = dict.fromkeys(SEVERITIES, 0)
-    for x in xids:
-        counts[x.severity] += x.faults
-    return counts
+        x = msgspec.structs.replace(x, faults=x.faults + faults, occurrences=x.occurrences + occurrences)
+        if x.faults > 0 or x.occurrences > 0:
+            xids[at] = x
+        else:
+            del xids[at]
+    elif faults > 0 or occurrences > 0:
+        xids.insert(at, XidCount(fault.kind, fault.code, fault.name, fault.severity, faults, occurrences))
+    if last is None:
+        return fault.first_seen
+    return max(last, fault.first_seen) if faults >= 0 else last
 
 
 def _rate(state: RateStats) -> Emit:
     xids = list(state.xids)
-    sev = _severity_counts(xids)
-    faults, occurrences = sum(x.faults for x in xids), sum(x.occurrences for x in xids)
+    sev = dict.fromkeys(SEVERITIES, 0)
+    faults = occurrences = 0
+    for x in xids:  # one pass: the busiest hours have an entry per code
+        sev[x.severity] += x.faults
+        faults += x.faults
+        occurrences += x.occurrences
     hour, last = state.hour, state.last_fault_at
     if state.gpu:
         key = f"{state.cluster}/{state.node}/{state.gpu}/{iso(hour)}"

@@ -12,7 +12,7 @@ a person looks at. No I/O and no clock.
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -34,6 +34,7 @@ from app.model import records_v1
 from app.model.records import ClassifiedFailure, DeadLetter, ErrorKind, GpuFault, Identity, StuckReadmission
 
 QUARANTINE_LOG = 50  # quarantine records kept for the page
+HourlyTable = Literal["nodes", "gpus", "failures", "gpu_time", "waits"]  # FleetState's tables of hourly records
 
 
 class VerdictRow(msgspec.Struct, frozen=True):
@@ -74,7 +75,11 @@ class FleetState(msgspec.Struct):
     queues: dict[str, GangQueue] = {}
     stuck: dict[str, StuckReadmission] = {}  # waits past max_readmission_wait now (SPEC R15.4)
     recent: list[VerdictRow] = []  # newest first, one per attempt key
+    recent_rows: dict[str, VerdictRow] = {}  # attempt key -> its row in `recent` (kept with it)
     dead_letters: int = 0
+    # cluster -> hour -> (table, key) of each hourly record kept, under the hour it has: an
+    # hour leaving the history forgets its own keys, not a scan of every table.
+    hour_keys: dict[str, dict[datetime, list[tuple[HourlyTable, str]]]] = {}
 
 
 def describe_gpu_fault(fault: GpuFault | None) -> str:
@@ -87,15 +92,15 @@ def read(state: FleetState, emit: Emit, settings: FleetSettings = DEFAULT_FLEET)
     if isinstance(value, records_v1.DerivedRecordV1):
         value = records_v1.upgraded(value)  # a v1 fault rate: Xids only (before SPEC R14.2)
     if isinstance(value, NodeFaultRate):
-        _keep(state, state.nodes, emit.key, value, value.last_fault_at or value.hour, settings)
+        _keep(state, "nodes", state.nodes, emit.key, value, value.last_fault_at or value.hour, settings)
     elif isinstance(value, GpuFaultRate):
-        _keep(state, state.gpus, emit.key, value, value.last_fault_at or value.hour, settings)
+        _keep(state, "gpus", state.gpus, emit.key, value, value.last_fault_at or value.hour, settings)
     elif isinstance(value, FailureRate):
-        _keep(state, state.failures, emit.key, value, value.hour, settings)
+        _keep(state, "failures", state.failures, emit.key, value, value.hour, settings)
     elif isinstance(value, NodeGpuTime):
-        _keep(state, state.gpu_time, emit.key, value, value.hour, settings)
+        _keep(state, "gpu_time", state.gpu_time, emit.key, value, value.hour, settings)
     elif isinstance(value, PreemptionWait):
-        _keep(state, state.waits, emit.key, value, value.hour, settings)
+        _keep(state, "waits", state.waits, emit.key, value, value.hour, settings)
     elif isinstance(value, GangQueue):
         state.queues[emit.key] = value
     elif isinstance(value, StuckReadmission):
@@ -118,10 +123,13 @@ def read(state: FleetState, emit: Emit, settings: FleetSettings = DEFAULT_FLEET)
         state.dead_letters += 1
 
 
-def _keep(state: FleetState, table: dict, key: str, record: Any, at: datetime, settings: FleetSettings) -> None:
+def _keep(state: FleetState, name: HourlyTable, table: dict, key: str, record: Any, at: datetime, settings: FleetSettings) -> None:
     now = state.cluster_times.get(record.cluster)
     if now is not None and hour_of(at) < horizon(now, settings):
         return  # older than the history its cluster keeps
+    kept = table.get(key)
+    if kept is None or kept.hour != record.hour or kept.cluster != record.cluster:
+        state.hour_keys.setdefault(record.cluster, {}).setdefault(record.hour, []).append((name, key))
     table[key] = record
     _advance(state, record.cluster, at, settings)
 
@@ -143,9 +151,13 @@ def _advance(state: FleetState, cluster: str, at: datetime, settings: FleetSetti
     if now is not None and hour_of(at) == hour_of(now):
         return
     oldest = horizon(at, settings)
-    for table in (state.nodes, state.gpus, state.failures, state.gpu_time, state.waits):
-        for key in [k for k, r in table.items() if r.cluster == cluster and r.hour < oldest]:
-            del table[key]
+    hours = state.hour_keys.get(cluster, {})
+    for hour in [h for h in hours if h < oldest]:
+        for name, key in hours.pop(hour):
+            table: dict[str, Any] = getattr(state, name)
+            r = table.get(key)
+            if r is not None and r.cluster == cluster and r.hour < oldest:  # not since kept under another hour
+                del table[key]
 
 
 def oldest_hour(state: FleetState, settings: FleetSettings) -> datetime | None:
@@ -154,7 +166,11 @@ def oldest_hour(state: FleetState, settings: FleetSettings) -> datetime | None:
 
 
 def _recent(state: FleetState, v: ClassifiedFailure, settings: FleetSettings) -> None:
-    if any(r.key == v.key and r.revision > v.revision for r in state.recent):
+    # Once per verdict: the key's row found by key and the new one placed by binary search
+    # (the list is ordered by (failed_at, key), newest first), not a scan and a sort.
+    rows = state.recent_rows
+    old = rows.get(v.key)
+    if old is not None and old.revision > v.revision:
         return  # an older revision read late
     fault = v.gpu_fault
     pod = v.faulted_pod.name if v.faulted_pod is not None else (fault.pod.name if fault is not None else "")
@@ -177,6 +193,27 @@ def _recent(state: FleetState, v: ClassifiedFailure, settings: FleetSettings) ->
         identity=v.identity,
         gpu_seconds=v.gpu_seconds,
     )
-    rows = [row, *(r for r in state.recent if r.key != v.key)]
-    rows.sort(key=lambda r: (r.failed_at, r.key), reverse=True)  # newest first, whatever the read order
-    state.recent = rows[: settings.recent_verdicts]
+    recent = list(state.recent)  # a new list: a reader holding the old one sees it whole
+    if old is not None:
+        del recent[_newer_than(recent, old.failed_at, old.key) - 1]
+        del rows[old.key]
+    at = _newer_than(recent, row.failed_at, row.key)
+    if at < settings.recent_verdicts:
+        recent.insert(at, row)
+        rows[row.key] = row
+    while len(recent) > settings.recent_verdicts:
+        del rows[recent.pop().key]
+    state.recent = recent
+
+
+def _newer_than(recent: list[VerdictRow], failed_at: datetime, key: str) -> int:
+    """How many rows of `recent` (newest first) sort at or before (failed_at, key)."""
+    low, high = 0, len(recent)
+    while low < high:
+        mid = (low + high) // 2
+        r = recent[mid]
+        if (r.failed_at, r.key) >= (failed_at, key):
+            low = mid + 1
+        else:
+            high = mid
+    return low

@@ -324,14 +324,21 @@ class Runner:
         expired = self.stage.expired
         if expired is None:
             return []
+        rules = self.rules
         out = []
-        now: dict[tuple[int, str], datetime | None] = {}  # one stream time per scope and cluster
+        # One stream time per scope and cluster, looked up by cluster in the scope of the
+        # item before (a sweep reads one scope's states together): this runs per state.
+        times: dict[str, datetime | None] = {}
+        by_scope: dict[int, dict[str, datetime | None]] = {}
+        last: Scope | None = None
         for key, state, scope in items:
+            if scope is not last:
+                last, times = scope, by_scope.setdefault(id(scope), {})
             cluster = key.partition("/")[0]
-            at = now.get((id(scope), cluster), _DAWN)
+            at = times.get(cluster, _DAWN)
             if at is _DAWN:
-                at = now[(id(scope), cluster)] = scope.stream_time(cluster)
-            if at is not None and expired(state, at, self.rules):
+                at = times[cluster] = scope.stream_time(cluster)
+            if at is not None and expired(state, at, rules):
                 out.append(key)
         return out
 

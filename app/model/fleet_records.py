@@ -29,8 +29,9 @@ Scope = Literal["node", "gpu"]
 CandidateState = Literal["candidate", "cleared"]
 
 
-class _Record(msgspec.Struct, frozen=True):
-    pass
+class _Record(msgspec.Struct, frozen=True, gc=False):
+    """Plain values (no reference cycles): not tracked by the garbage collector, whose full
+    passes would otherwise walk every record a fleet view keeps, more as history grows."""
 
 
 class XidCount(_Record):
