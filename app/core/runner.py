@@ -321,8 +321,8 @@ class Runner:
     def expired(self, items: Iterable[tuple[str, Any, Scope]]) -> list[str]:
         """Keys whose state has expired at the stream time of its own cluster in its scope
         (`items`: key, state, scope; keys start with the cluster)."""
-        expired = self.stage.expired
-        if expired is None:
+        expires_at = self.stage.expires_at
+        if expires_at is None:
             return []
         rules = self.rules
         out = []
@@ -338,8 +338,10 @@ class Runner:
             at = times.get(cluster, _DAWN)
             if at is _DAWN:
                 at = times[cluster] = scope.stream_time(cluster)
-            if at is not None and expired(state, at, rules):
-                out.append(key)
+            if at is not None:
+                deadline = expires_at(state, rules)
+                if deadline is not None and at >= deadline:
+                    out.append(key)
         return out
 
     def forget(self, scope: Scope, key: str) -> None:

@@ -200,7 +200,7 @@ class Pipeline:
             return
         for stage in STAGES:
             states = self.states.get(stage.name)
-            if stage.expired is None or states is None:
+            if stage.expires_at is None or states is None:
                 continue
             runner, scope = self._runners[stage.name], self.scopes[stage.name]
             for key in runner.expired((k, s, scope) for k, s in states.items()):
