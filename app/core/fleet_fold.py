@@ -302,6 +302,7 @@ def fleet_expires_at(state: FleetStats, rules: Rules) -> datetime | None:
     return _leaves_history(max(b.hour for b in state.buckets), fleet.history_hours)
 
 
+@lru_cache(maxsize=4096)  # the same few hours, written again and again
 def _leaves_history(hour: datetime, history_hours: int) -> datetime | None:
     """The first stream time whose horizon is past `hour`: `hour < hour_of(t) - (h - 1)
     hours` holds from the first hour start after `hour + (h - 1) hours` on."""

@@ -165,7 +165,7 @@ class Runner:
         self.stage, self.rules, self.counts = stage, rules, counts
         self.keeps_state = stage.state is not None
         self._waits = stage.waits_until is not None
-        self._expires = stage.expires_at is not None
+        self._expires_at = stage.expires_at
         self._usable = rules.usable_times  # R11.3
         self._skew = rules.max_clock_skew  # R11.4: only a record past it needs `clock_fault`
         self._inputs = {t: (INPUT_OF[t].key, INPUT_OF[t].fold) for t in stage.topics}  # as the topology says now
@@ -236,7 +236,7 @@ class Runner:
             writes.append(Write(key, result.state, result.state_bytes, first, len(out)))
             if self._waits:
                 self._index(scope, key, result.state)
-            if self._expires:
+            if self._expires_at is not None:
                 self._index_expiry(scope, key, result.state)
 
     def _rejected(self, source: Source, reason: str, raw: Raw, time: tuple[str, datetime] | None = None, in_time: bool = True) -> Outcome:
@@ -354,12 +354,13 @@ class Runner:
         return keys
 
     def _index_expiry(self, scope: Scope, key: str, state: Any) -> None:
-        expires_at, index = self.stage.expires_at, scope.expiring
+        expires_at, index = self._expires_at, scope.expiring
         if expires_at is None or index is None:
             return
         at = expires_at(state, self.rules)
         if at is None:
-            index.pop(key, None)
+            if index:
+                index.pop(key, None)
         elif index.get(key) != at:
             index[key] = at
             cluster = key.partition("/")[0]
