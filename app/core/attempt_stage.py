@@ -20,6 +20,7 @@ import msgspec
 from app.core.attempt import AttemptId, pod_route
 from app.core.bounds import DROPPED_GENERATIONS, restarts_seen
 from app.core.child_pods import has_succeeded, is_selected
+from app.core.clock import after
 from app.core.emit import Emit, dropped
 from app.core.fleet_fold import hour_of
 from app.core.fleet_inputs import failure_changes, gpu_time_changes
@@ -269,12 +270,13 @@ def _counted(v: _Verdict, ident: AttemptId) -> Counted:
     return Counted(hour_of(v.failed_at), outcome.code, outcome.kind, outcome.gpu_fault is not None, workload_kind, v.gpu.gpu_seconds, v.gpu.nodes)
 
 
-def attempt_expired(state: AttemptState, stream_time: datetime, rules: Rules) -> bool:
+def attempt_expires_at(state: AttemptState, rules: Rules) -> datetime | None:
     """R7.4: drop an attempt once it has ended (or all its objects are gone) and the
-    retention has passed in stream time since anything happened to it."""
-    if stream_time - state.last_activity < rules.retention:
-        return False
+    retention has passed in stream time since anything happened to it (None: not while
+    it runs)."""
     job = state.job
     if job is not None:
-        return job.failure is not None or job.completed or job.deleted
-    return all(p.deleted or p.phase in ("Succeeded", "Failed") for p in state.pods.values())
+        ended = job.failure is not None or job.completed or job.deleted
+    else:
+        ended = all(p.deleted or p.phase in ("Succeeded", "Failed") for p in state.pods.values())
+    return after(state.last_activity, rules.retention) if ended else None

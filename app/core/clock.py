@@ -23,7 +23,7 @@ driver (`topology.time_fault`).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from app.core.rules import Rules
 from app.model.decode import BadRecord
@@ -56,3 +56,12 @@ def clock_fault(at: datetime, watermark: datetime | None, where: str, rules: Rul
     # Names no watermark: the reason is the same whenever the record is read (a replay
     # merging topics by time reads it later than the worker did).
     return f"{CLOCK_FAULT}: observed_at {at.isoformat()} is more than max_clock_skew ({rules.max_clock_skew_seconds:g} s) ahead of the watermark of {where}"
+
+
+def after(at: datetime, wait: timedelta) -> datetime | None:
+    """`at + wait`, a deadline in stream time; None past the calendar's end (no stream
+    time reaches it, so never by time)."""
+    try:
+        return at + wait
+    except OverflowError:
+        return None

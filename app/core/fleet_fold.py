@@ -41,6 +41,7 @@ from functools import lru_cache
 
 import msgspec
 
+from app.core.clock import after
 from app.core.emit import Emit
 from app.core.kueue import PREEMPTION
 from app.core.progress import Watermarks
@@ -71,6 +72,7 @@ from app.model.records import DEVICE_HEALTH, GANG_EVICTED, WAITING_FOR_READMISSI
 SEVERITIES = ("USER", "WARN", "CRITICAL")
 HITS_KEPT = 100  # critical faults kept per node or GPU for its quarantine count
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+AT_ONCE = datetime.min.replace(tzinfo=timezone.utc)  # expires at any stream time
 
 
 def hour_of(at: datetime) -> datetime:
@@ -283,18 +285,29 @@ def fleet_waits_until(state: FleetStats, rules: Rules) -> datetime | None:
     return state.hits[0].at + fleet.window
 
 
-def fleet_expired(state: FleetStats, stream_time: datetime, rules: Rules) -> bool:
-    """Nothing left within the history, no quarantine, no gang waiting."""
+def fleet_expires_at(state: FleetStats, rules: Rules) -> datetime | None:
+    """Nothing left within the history, no quarantine, no gang waiting (None: not while
+    it has faults, a candidacy or a waiting gang)."""
     fleet = rules.fleet
     if fleet is None:
-        return True
-    # A sweep judges every state: the hourly ones, most of them, first.
+        return AT_ONCE
     if isinstance(state, (RateStats, FailureStats, GpuTimeStats)):
-        return state.hour < _horizon_at(stream_time, fleet.history_hours)
+        return _leaves_history(state.hour, fleet.history_hours)
     if isinstance(state, SourceStats):
-        return not state.hits and state.candidate_since is None
-    horizon = _horizon(stream_time, fleet)
-    return not state.waiting and all(b.hour < horizon for b in state.buckets)
+        return AT_ONCE if not state.hits and state.candidate_since is None else None
+    if state.waiting:
+        return None
+    if not state.buckets:
+        return AT_ONCE
+    return _leaves_history(max(b.hour for b in state.buckets), fleet.history_hours)
+
+
+@lru_cache(maxsize=4096)  # the same few hours, written again and again
+def _leaves_history(hour: datetime, history_hours: int) -> datetime | None:
+    """The first stream time whose horizon is past `hour`: `hour < hour_of(t) - (h - 1)
+    hours` holds from the first hour start after `hour + (h - 1) hours` on."""
+    last = after(hour, timedelta(hours=history_hours - 1))
+    return after(hour_of(last), timedelta(hours=1)) if last is not None else None
 
 
 # --- faults: rates and quarantine -----------------------------------------------------------

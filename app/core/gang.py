@@ -68,6 +68,7 @@ from app.core import workload as w
 from app.core.kueue_jobs import is_suspended
 from app.core.attempt import gang_attempt
 from app.core.bounds import Trim
+from app.core.clock import after
 from app.core.emit import Emit
 from app.core.fleet_inputs import gang_change
 from app.core.progress import ANY_PROGRESS, Watermarks
@@ -465,14 +466,15 @@ def _stuck_record(state: GangStateData, waiting: Status | None, since: datetime,
     return Emit(STUCK_READMISSIONS, key, record)
 
 
-def gang_expired(state: GangStateData, stream_time: datetime, rules: Rules) -> bool:
-    """R7.4: ended, completed or deleted, and retention has passed in stream time."""
+def gang_expires_at(state: GangStateData, rules: Rules) -> datetime | None:
+    """R7.4: ended, completed or deleted, and retention has passed in stream time (None:
+    not while it lives)."""
     if state.jobset is None:
         done: datetime | None = state.last_seen  # a Workload whose JobSet never came
     else:
         times = [t for t in (state.deleted_at, state.status.at if state.ended and state.status else None) if t]
         done = min(times) if times else None
-    return done is not None and stream_time - done >= rules.retention
+    return after(done, rules.retention) if done is not None else None
 
 
 # --- Reading a JobSet ----------------------------------------------------------------

@@ -16,7 +16,7 @@ import msgspec
 from app.core.attempt import is_child_pod, pod_route
 from app.core.bounds import DROPPED_FAULTS, Trim, kept_faults
 from app.core.child_pods import declared_primary
-from app.core.clock import require_in_range
+from app.core.clock import after, require_in_range
 from app.core.device_health import (
     DROPPED_DEVICE_HEALTH,
     DeviceSeen,
@@ -348,9 +348,11 @@ def fold_event(
     return msgspec.structs.replace(state, pod=forwarded), emits + counted
 
 
-def pod_state_expired(state: PodState, stream_time: datetime, rules: Rules) -> bool:
+def pod_state_expires_at(state: PodState, rules: Rules) -> datetime | None:
     """R7.4: drop a pod once it is gone (deleted or finished) or was never seen, and the
-    retention has passed in stream time since anything happened to it."""
+    retention has passed in stream time since anything happened to it (None: not while
+    it runs)."""
     pod = state.pod
-    finished = pod is None or pod.deleted or pod.phase in ("Succeeded", "Failed")
-    return finished and stream_time - state.last_activity >= rules.retention
+    if pod is None or pod.deleted or pod.phase in ("Succeeded", "Failed"):
+        return after(state.last_activity, rules.retention)
+    return None

@@ -95,7 +95,7 @@ class StateStore(Protocol):
         folded into it (a repeat after a crash: the embedded driver never has one)."""
 
     def items(self) -> Iterable[tuple[str, Any]]:
-        """Every (key, state) of the scope: to rebuild the waiting index."""
+        """Every (key, state) of the scope: to rebuild the waiting and expiry indexes."""
 
 
 class Progressed(msgspec.Struct, frozen=True):
@@ -109,9 +109,10 @@ class Progressed(msgspec.Struct, frozen=True):
 class Scope:
     """What one stage knows in one scope (the whole stage, or one input partition): its
     watermarks (R12.3), the latest record time folded per cluster (R12.5), and which of
-    its states wait on progress, until when (R12.4; None: rebuilt from the store)."""
+    its states wait on progress, until when (R12.4), and when each of its states expires
+    (R7.4); both indexes None: rebuilt from the store."""
 
-    __slots__ = ("marks", "latest", "waiting", "due", "whole")
+    __slots__ = ("marks", "latest", "waiting", "due", "expiring", "deadlines", "whole")
 
     def __init__(self, *, whole: bool, latest: dict[str, datetime] | None = None, waiting: bool = False) -> None:
         self.marks: Watermarks = NO_PROGRESS
@@ -125,6 +126,11 @@ class Scope:
         # settles without reading every waiting state; an entry whose key waits until
         # another time now (or no longer waits) is stale and skipped.
         self.due: dict[str, list[tuple[datetime, str]]] = {}
+        # Key -> the stream time its state expires at, and the same as one heap of
+        # (deadline, key) per cluster, so a sweep reads only the states whose time has
+        # come; stale entries are skipped as in `due`. Built like `waiting`.
+        self.expiring: dict[str, datetime] | None = {} if waiting else None
+        self.deadlines: dict[str, list[tuple[datetime, str]]] = {}
         # True: the scope reads every partition of its topics (the watermark waits for
         # all of them); False: one partition, whose own progress is the scope's.
         self.whole = whole
@@ -159,6 +165,7 @@ class Runner:
         self.stage, self.rules, self.counts = stage, rules, counts
         self.keeps_state = stage.state is not None
         self._waits = stage.waits_until is not None
+        self._expires_at = stage.expires_at
         self._usable = rules.usable_times  # R11.3
         self._skew = rules.max_clock_skew  # R11.4: only a record past it needs `clock_fault`
         self._inputs = {t: (INPUT_OF[t].key, INPUT_OF[t].fold) for t in stage.topics}  # as the topology says now
@@ -229,6 +236,8 @@ class Runner:
             writes.append(Write(key, result.state, result.state_bytes, first, len(out)))
             if self._waits:
                 self._index(scope, key, result.state)
+            if self._expires_at is not None:
+                self._index_expiry(scope, key, result.state)
 
     def _rejected(self, source: Source, reason: str, raw: Raw, time: tuple[str, datetime] | None = None, in_time: bool = True) -> Outcome:
         self.counts["dead_letters"] += 1
@@ -318,32 +327,61 @@ class Runner:
 
     # --- expiry (SPEC R7.4) ----------------------------------------------------------------
 
-    def expired(self, items: Iterable[tuple[str, Any, Scope]]) -> list[str]:
-        """Keys whose state has expired at the stream time of its own cluster in its scope
-        (`items`: key, state, scope; keys start with the cluster)."""
-        expired = self.stage.expired
-        if expired is None:
+    def expired(self, scope: Scope, store: StateStore) -> list[str]:
+        """Keys of the scope whose state has expired at the stream time of its own cluster,
+        in key order (deterministic). The index is built from the store once per scope; a
+        key stays in it until `forget`: one the driver keeps is found again next sweep."""
+        if self.stage.expires_at is None:
             return []
-        rules = self.rules
-        out = []
-        # One stream time per scope and cluster, looked up by cluster in the scope of the
-        # item before (a sweep reads one scope's states together): this runs per state.
-        times: dict[str, datetime | None] = {}
-        by_scope: dict[int, dict[str, datetime | None]] = {}
-        last: Scope | None = None
-        for key, state, scope in items:
-            if scope is not last:
-                last, times = scope, by_scope.setdefault(id(scope), {})
+        index = scope.expiring
+        if index is None:
+            index = scope.expiring = {}
+            scope.deadlines = {}
+            for key, state in store.items():
+                self._index_expiry(scope, key, state)
+        found: set[str] = set()  # a key may have several live entries (it left the index and came back)
+        for cluster, heap in scope.deadlines.items():
+            now = scope.stream_time(cluster)
+            if now is None:  # no stream time yet: nothing expires (R12.5)
+                continue
+            while heap and heap[0][0] <= now:
+                at, key = heappop(heap)
+                if index.get(key) == at:
+                    found.add(key)
+        keys = sorted(found)
+        for key in keys:
+            heappush(scope.deadlines[key.partition("/")[0]], (index[key], key))
+        return keys
+
+    def _index_expiry(self, scope: Scope, key: str, state: Any) -> None:
+        expires_at, index = self._expires_at, scope.expiring
+        if expires_at is None or index is None:
+            return
+        at = expires_at(state, self.rules)
+        if at is None:
+            if index:
+                index.pop(key, None)
+        elif index.get(key) != at:
+            index[key] = at
             cluster = key.partition("/")[0]
-            at = times.get(cluster, _DAWN)
-            if at is _DAWN:
-                at = times[cluster] = scope.stream_time(cluster)
-            if at is not None and expired(state, at, rules):
-                out.append(key)
-        return out
+            heap = scope.deadlines.get(cluster)
+            if heap is None:
+                heap = scope.deadlines[cluster] = []
+            heappush(heap, (at, key))
+            if len(heap) > 2 * len(index) + 1024:  # mostly stale: keep it in proportion
+                heap[:] = [(u, k) for k, u in index.items() if k.partition("/")[0] == cluster]
+                heapify(heap)
 
     def forget(self, scope: Scope, key: str) -> None:
-        """A state the driver dropped no longer waits."""
+        """A state the driver dropped neither waits nor expires."""
+        if scope.waiting is not None:
+            scope.waiting.pop(key, None)
+        if scope.expiring is not None:
+            scope.expiring.pop(key, None)
+
+    def unwait(self, scope: Scope, key: str) -> None:
+        """An expired state the driver could not drop yet no longer waits; it is found
+        expired again at the next sweep."""
         if scope.waiting is not None:
             scope.waiting.pop(key, None)
 

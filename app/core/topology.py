@@ -32,13 +32,13 @@ from typing import Any
 
 import msgspec
 
-from app.core.attempt_stage import AttemptState, attempt_expired, fold_attempt
+from app.core.attempt_stage import AttemptState, attempt_expires_at, fold_attempt
 from app.core.clock import clock_fault, out_of_range
 from app.core.emit import DROPPED, Emit
-from app.core.fleet_fold import FleetStats, fleet_expired, fleet_waits_until, fold_fleet, settle_fleet
-from app.core.gang import GangStateData, fold_gang, gang_expired, gang_waits_until, route_workload_record, settle_gang
+from app.core.fleet_fold import FleetStats, fleet_expires_at, fleet_waits_until, fold_fleet, settle_fleet
+from app.core.gang import GangStateData, fold_gang, gang_expires_at, gang_waits_until, route_workload_record, settle_gang
 from app.core.job_facts import route_job_record
-from app.core.pod_stage import PodState, fold_event, fold_pod, key_of_event, key_of_pod, pod_state_expired
+from app.core.pod_stage import PodState, fold_event, fold_pod, key_of_event, key_of_pod, pod_state_expires_at
 from app.core.progress import Watermarks
 from app.core.rules import Rules
 from app.model.decode import BadRecord, TypedEnvelope, decode_internal, decode_source
@@ -76,7 +76,9 @@ class Stage(msgspec.Struct, frozen=True):
     inputs: tuple[Input, ...]
     outputs: tuple[str, ...]  # logical topics (dead letters aside: every stage may write them)
     state: type | None = None  # None: a stateless router
-    expired: Callable[[Any, datetime, Rules], bool] | None = None  # SPEC R7.4
+    # SPEC R7.4: the stream time from which a state has expired (None: not by time while
+    # it is as it is); a sweep drops the states whose time has come.
+    expires_at: Callable[[Any, Rules], datetime | None] | None = None
     # R12.4: a state that waits on progress says until when (`waits_until`: its cluster's
     # stream time, or ANY_PROGRESS); it is decided again (`settle`) once progress gets there.
     waits_until: Callable[[Any, Rules], datetime | None] | None = None
@@ -97,7 +99,7 @@ PODS_STAGE = Stage(
     inputs=(Input(PODS, key_of_pod, fold_pod), Input(EVENTS, key_of_event, fold_event)),
     outputs=(FAULTS, ATTEMPT_FACTS, FLEET_INPUTS),
     state=PodState,
-    expired=pod_state_expired,
+    expires_at=pod_state_expires_at,
 )
 JOBS_STAGE = Stage(
     name="jobs",
@@ -109,14 +111,14 @@ ATTEMPTS_STAGE = Stage(
     inputs=(Input(ATTEMPT_FACTS, _as_is, fold_attempt),),
     outputs=(CLASSIFIED_FAILURES, FLEET_INPUTS),
     state=AttemptState,
-    expired=attempt_expired,
+    expires_at=attempt_expires_at,
 )
 GANGS_STAGE = Stage(
     name="gangs",
     inputs=(Input(GANG_INPUTS, _as_is, fold_gang),),
     outputs=(GANG_TRANSITIONS, STUCK_READMISSIONS, FLEET_INPUTS),
     state=GangStateData,
-    expired=gang_expired,
+    expires_at=gang_expires_at,
     waits_until=gang_waits_until,
     settle=settle_gang,
 )
@@ -125,7 +127,7 @@ FLEET_STAGE = Stage(
     inputs=(Input(FLEET_INPUTS, _as_is, fold_fleet),),
     outputs=DERIVED_TOPICS,
     state=FleetStats,
-    expired=fleet_expired,
+    expires_at=fleet_expires_at,
     waits_until=fleet_waits_until,
     settle=settle_fleet,
 )

@@ -67,7 +67,7 @@ class Pipeline:
         self.latest: dict[str, datetime] = {}  # cluster -> latest record time read (every scope's fallback)
         # Stage name -> state key -> state, for every stage that keeps state.
         self.states: dict[str, dict[str, Any]] = {s.name: {} for s in STAGES if s.state is not None}
-        # Stage name -> its progress, latest record times and waiting index.
+        # Stage name -> its progress, latest record times, waiting and expiry indexes.
         self.scopes: dict[str, Scope] = {s.name: Scope(whole=True, latest=self.latest, waiting=True) for s in STAGES}
         self._runners = {s.name: Runner(s, rules, self.counts) for s in STAGES}
         self._stores = {name: _States(states) for name, states in self.states.items()}
@@ -200,9 +200,9 @@ class Pipeline:
             return
         for stage in STAGES:
             states = self.states.get(stage.name)
-            if stage.expired is None or states is None:
+            if stage.expires_at is None or states is None:
                 continue
             runner, scope = self._runners[stage.name], self.scopes[stage.name]
-            for key in runner.expired((k, s, scope) for k, s in states.items()):
+            for key in runner.expired(scope, self._stores[stage.name]):
                 del states[key]
                 runner.forget(scope, key)

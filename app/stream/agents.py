@@ -35,7 +35,7 @@ from app.settings import Settings
 from app.stream.delivery import Batch, Delivery, cause_of, origin_of, relayed, upstream_origin
 from app.stream.faust_fixes import event_in_hand
 from app.stream.codecs import Sent
-from app.stream.tables import StateTable, TableStore
+from app.stream.tables import PartitionStates, StateTable, TableStore
 from app.stream.unsent import Unsent
 
 log = logging.getLogger("faultline.stream")
@@ -211,22 +211,16 @@ class Stages:
             if not scopes:
                 continue
             runner = self.runners[name]
-            partition_of: dict[str, int] = {}
-
-            def items():  # type: ignore[no-untyped-def]
-                for raw_key, entry in table.entries():
-                    scope = scopes.get(entry.partition)
-                    if scope is not None:
-                        key = raw_key.decode("utf-8", "replace")
-                        partition_of[key] = entry.partition
-                        yield key, entry.state, scope
-
-            expired = runner.expired(items())
-            for key in expired:
-                scope = scopes.get(partition_of[key])
-                if scope is not None:
-                    runner.forget(scope, key)
-            self.counts[f"expired_{table.name}"] += table.delete((key.encode(), partition_of[key]) for key in expired)
+            expired: list[tuple[bytes, int]] = []
+            for partition, scope in list(scopes.items()):
+                for key in runner.expired(scope, PartitionStates(table, partition)):
+                    raw_key = key.encode()
+                    if raw_key in table.pending:  # held to be written: found again next sweep
+                        runner.unwait(scope, key)
+                    else:
+                        runner.forget(scope, key)
+                    expired.append((raw_key, partition))
+            self.counts[f"expired_{table.name}"] += table.delete(expired)
         if self.counts != self._logged:
             log.info("faultline: %s", " ".join(f"{k}={v}" for k, v in sorted(self.counts.items())))
             self._logged = Counter(self.counts)

@@ -187,6 +187,23 @@ class StateTable(Generic[S]):
         return count
 
 
+class PartitionStates:
+    """One table partition's states as a `StateStore` outside any record (an expiry
+    sweep: it rebuilds the partition's expiry index)."""
+
+    __slots__ = ("table", "partition")
+
+    def __init__(self, table: StateTable[Any], partition: int) -> None:
+        self.table, self.partition = table, partition
+
+    def load(self, key: str) -> tuple[Any | None, bool]:
+        entry = self.table.get(key)
+        return (entry.state if entry is not None else None), False
+
+    def items(self) -> Iterable[tuple[str, Any]]:
+        return self.table.items(self.partition)
+
+
 class TableStore:
     """A `StateTable` as the runner's `StateStore` while one record is folded: a repeat
     of a record an entry already reflects is recognised by the entry's positions."""

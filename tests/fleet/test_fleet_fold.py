@@ -332,11 +332,13 @@ def test_state_is_bounded_by_the_history_in_stream_time() -> None:
     # The view forgets what fell out of the history; the stage drops such states (expiry).
     assert not state.view.nodes and not state.view.gpus
     assert list(state.view.failures) == ["prod-a/ml/2026-08-26T18:00:00Z/Error/USER"]
-    assert FLEET_STAGE.expired is not None
+    expires_at = FLEET_STAGE.expires_at
+    assert expires_at is not None
     now = T0 + hours(30)
     new = "prod-a/failures/ml/2026-08-26T18:00:00Z"
-    assert all(FLEET_STAGE.expired(s, now, state.rules) for k, s in state.states.items() if k != new)
-    assert not FLEET_STAGE.expired(state.states[new], now, state.rules)
+    deadlines = {k: expires_at(s, state.rules) for k, s in state.states.items()}
+    assert all(at is not None and at <= now for k, at in deadlines.items() if k != new)
+    assert deadlines[new] is not None and deadlines[new] > now
 
 
 def test_no_state_grows_with_the_fleet() -> None:
