@@ -23,7 +23,7 @@ progress carried over from an earlier ownership).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from heapq import heapify, heappop, heappush
 from datetime import datetime, timezone
 from typing import Any, Protocol
@@ -106,31 +106,86 @@ class Progressed(msgspec.Struct, frozen=True):
     latest: dict[str, datetime]
 
 
+class KeyTimes:
+    """Key -> a time (until when a state waits, when it expires), and the same as one heap
+    of (time, key) per cluster (a key's first part), so what is due is found without
+    reading every key; an entry whose key has another time now, or none, is stale and
+    skipped. A key stays until its time changes or it is discarded: one found due and
+    kept by the driver is found again."""
+
+    __slots__ = ("times", "heaps")
+
+    def __init__(self) -> None:
+        self.times: dict[str, datetime] = {}
+        self.heaps: dict[str, list[tuple[datetime, str]]] = {}
+
+    def set(self, key: str, at: datetime | None) -> None:
+        times = self.times
+        if at is None:
+            if times:
+                times.pop(key, None)
+        elif times.get(key) != at:
+            times[key] = at
+            cluster = key.partition("/")[0]
+            heap = self.heaps.get(cluster)
+            if heap is None:
+                heap = self.heaps[cluster] = []
+            heappush(heap, (at, key))
+            if len(heap) > 2 * len(times) + 1024:  # mostly stale: keep it in proportion
+                heap[:] = [(t, k) for k, t in times.items() if k.partition("/")[0] == cluster]
+                heapify(heap)
+
+    def discard(self, key: str) -> None:
+        self.times.pop(key, None)
+
+    def clusters(self) -> list[str]:
+        return list(self.heaps)
+
+    def due(self, cluster: str, is_due: Callable[[datetime], bool]) -> list[str]:
+        """Keys of `cluster` whose time is due, in key order (deterministic); they stay."""
+        heap, times = self.heaps.get(cluster), self.times
+        if not heap:
+            return []
+        found: set[str] = set()  # a key may have several live entries (it left and came back)
+        while heap and is_due(heap[0][0]):
+            at, key = heappop(heap)
+            if times.get(key) == at:
+                found.add(key)
+        keys = sorted(found)
+        for key in keys:
+            heappush(heap, (times[key], key))
+        return keys
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.times)
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, KeyTimes) and self.times == other.times
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 class Scope:
     """What one stage knows in one scope (the whole stage, or one input partition): its
     watermarks (R12.3), the latest record time folded per cluster (R12.5), and which of
     its states wait on progress, until when (R12.4), and when each of its states expires
     (R7.4); both indexes None: rebuilt from the store."""
 
-    __slots__ = ("marks", "latest", "waiting", "due", "expiring", "deadlines", "whole")
+    __slots__ = ("marks", "latest", "waiting", "expiring", "whole")
 
     def __init__(self, *, whole: bool, latest: dict[str, datetime] | None = None, waiting: bool = False) -> None:
         self.marks: Watermarks = NO_PROGRESS
         # cluster -> latest record time; a driver whose scopes see one stream of records
         # (the embedded one) shares one dict between them.
         self.latest: dict[str, datetime] = latest if latest is not None else {}
-        # Built as states are written (`waiting`: from the first record on), else from the
-        # store when first needed.
-        self.waiting: dict[str, datetime] | None = {} if waiting else None
-        # The same, as one heap of (until, key) per cluster, so progress finds what it
-        # settles without reading every waiting state; an entry whose key waits until
-        # another time now (or no longer waits) is stale and skipped.
-        self.due: dict[str, list[tuple[datetime, str]]] = {}
-        # Key -> the stream time its state expires at, and the same as one heap of
-        # (deadline, key) per cluster, so a sweep reads only the states whose time has
-        # come; stale entries are skipped as in `due`. Built like `waiting`.
-        self.expiring: dict[str, datetime] | None = {} if waiting else None
-        self.deadlines: dict[str, list[tuple[datetime, str]]] = {}
+        # Until when each waiting state waits, and when each state expires: kept as states
+        # are written (`waiting`: from the first record on), else built from the store when
+        # first needed.
+        self.waiting: KeyTimes | None = KeyTimes() if waiting else None
+        self.expiring: KeyTimes | None = KeyTimes() if waiting else None
         # True: the scope reads every partition of its topics (the watermark waits for
         # all of them); False: one partition, whose own progress is the scope's.
         self.whole = whole
@@ -293,37 +348,15 @@ class Runner:
             return []
         index = scope.waiting
         if index is None:
-            index = scope.waiting = {}
-            scope.due = {}
+            index = scope.waiting = KeyTimes()
             for key, state in store.items():
                 self._index(scope, key, state)
-        heap = scope.due.get(cluster)
-        if not heap:
-            return []
-        found = set()
-        while heap and settles(heap[0][0], stream_time):  # ANY_PROGRESS sorts first
-            until, key = heappop(heap)
-            if index.get(key) == until:
-                found.add(key)
-        keys = sorted(found)
-        for key in keys:
-            heappush(heap, (index[key], key))
-        return keys
+        return index.due(cluster, lambda until: settles(until, stream_time))  # ANY_PROGRESS sorts first
 
     def _index(self, scope: Scope, key: str, state: Any) -> None:
         waits_until, index = self.stage.waits_until, scope.waiting
-        if waits_until is None or index is None:
-            return
-        until = waits_until(state, self.rules)
-        if until is None:
-            index.pop(key, None)
-        elif index.get(key) != until:
-            index[key] = until
-            heap = scope.due.setdefault(key.partition("/")[0], [])
-            heappush(heap, (until, key))
-            if len(heap) > 2 * len(index) + 1024:  # mostly stale: keep it in proportion
-                heap[:] = [(u, k) for k, u in index.items() if k.partition("/")[0] == key.partition("/")[0]]
-                heapify(heap)
+        if waits_until is not None and index is not None:
+            index.set(key, waits_until(state, self.rules))
 
     # --- expiry (SPEC R7.4) ----------------------------------------------------------------
 
@@ -335,55 +368,33 @@ class Runner:
             return []
         index = scope.expiring
         if index is None:
-            index = scope.expiring = {}
-            scope.deadlines = {}
+            index = scope.expiring = KeyTimes()
             for key, state in store.items():
                 self._index_expiry(scope, key, state)
-        found: set[str] = set()  # a key may have several live entries (it left the index and came back)
-        for cluster, heap in scope.deadlines.items():
+        keys: list[str] = []
+        for cluster in index.clusters():
             now = scope.stream_time(cluster)
-            if now is None:  # no stream time yet: nothing expires (R12.5)
-                continue
-            while heap and heap[0][0] <= now:
-                at, key = heappop(heap)
-                if index.get(key) == at:
-                    found.add(key)
-        keys = sorted(found)
-        for key in keys:
-            heappush(scope.deadlines[key.partition("/")[0]], (index[key], key))
-        return keys
+            if now is not None:  # no stream time yet: nothing expires (R12.5)
+                keys += index.due(cluster, lambda at, now=now: at <= now)
+        return sorted(keys)
 
     def _index_expiry(self, scope: Scope, key: str, state: Any) -> None:
         expires_at, index = self._expires_at, scope.expiring
-        if expires_at is None or index is None:
-            return
-        at = expires_at(state, self.rules)
-        if at is None:
-            if index:
-                index.pop(key, None)
-        elif index.get(key) != at:
-            index[key] = at
-            cluster = key.partition("/")[0]
-            heap = scope.deadlines.get(cluster)
-            if heap is None:
-                heap = scope.deadlines[cluster] = []
-            heappush(heap, (at, key))
-            if len(heap) > 2 * len(index) + 1024:  # mostly stale: keep it in proportion
-                heap[:] = [(u, k) for k, u in index.items() if k.partition("/")[0] == cluster]
-                heapify(heap)
+        if expires_at is not None and index is not None:
+            index.set(key, expires_at(state, self.rules))
 
     def forget(self, scope: Scope, key: str) -> None:
         """A state the driver dropped neither waits nor expires."""
         if scope.waiting is not None:
-            scope.waiting.pop(key, None)
+            scope.waiting.discard(key)
         if scope.expiring is not None:
-            scope.expiring.pop(key, None)
+            scope.expiring.discard(key)
 
     def unwait(self, scope: Scope, key: str) -> None:
         """An expired state the driver could not drop yet no longer waits; it is found
         expired again at the next sweep."""
         if scope.waiting is not None:
-            scope.waiting.pop(key, None)
+            scope.waiting.discard(key)
 
 
 def encoded(out: Out) -> bytes:
