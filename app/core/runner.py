@@ -162,11 +162,6 @@ class KeyTimes:
     def __len__(self) -> int:
         return len(self.times)
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, KeyTimes) and self.times == other.times
-
-    __hash__ = None  # type: ignore[assignment]
-
 
 class Scope:
     """What one stage knows in one scope (the whole stage, or one input partition): its
