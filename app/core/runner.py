@@ -109,14 +109,18 @@ class Progressed(msgspec.Struct, frozen=True):
 class KeyTimes:
     """Key -> a time (until when a state waits, when it expires), and the same as one heap
     of (time, key) per cluster (a key's first part), so what is due is found without
-    reading every key; an entry whose key has another time now, or none, is stale and
-    skipped. A key stays until its time changes or it is discarded: one found due and
-    kept by the driver is found again."""
+    reading every key. A key stays until its time changes or it is discarded: one found
+    due and kept by the driver is found again.
 
-    __slots__ = ("times", "heaps")
+    The heap is kept lazily: every key has an entry no later than its time (`queued`), so
+    a time that moves later — a state written again, its expiry pushed back — costs a dict
+    write, not a push; the entry, found early, is pushed again at the key's time then."""
+
+    __slots__ = ("times", "queued", "heaps")
 
     def __init__(self) -> None:
         self.times: dict[str, datetime] = {}
+        self.queued: dict[str, datetime] = {}  # key -> the time of the heap entry it relies on
         self.heaps: dict[str, list[tuple[datetime, str]]] = {}
 
     def set(self, key: str, at: datetime | None) -> None:
@@ -124,37 +128,54 @@ class KeyTimes:
         if at is None:
             if times:
                 times.pop(key, None)
-        elif times.get(key) != at:
-            times[key] = at
-            cluster = key.partition("/")[0]
-            heap = self.heaps.get(cluster)
-            if heap is None:
-                heap = self.heaps[cluster] = []
-            heappush(heap, (at, key))
-            if len(heap) > 2 * len(times) + 1024:  # mostly stale: keep it in proportion
-                heap[:] = [(t, k) for k, t in times.items() if k.partition("/")[0] == cluster]
-                heapify(heap)
+            return
+        times[key] = at
+        queued = self.queued.get(key)
+        if queued is None or at < queued:
+            self._push(key, at)
+
+    def _push(self, key: str, at: datetime) -> None:
+        self.queued[key] = at
+        cluster = key.partition("/")[0]
+        heap = self.heaps.get(cluster)
+        if heap is None:
+            heap = self.heaps[cluster] = []
+        heappush(heap, (at, key))
+        if len(heap) > 2 * len(self.queued) + 1024:  # mostly superseded entries: keep it in proportion
+            heap[:] = [(t, k) for k, t in self.queued.items() if k.partition("/")[0] == cluster]
+            heapify(heap)
 
     def discard(self, key: str) -> None:
-        self.times.pop(key, None)
+        self.times.pop(key, None)  # its heap entry is dropped when it comes up
 
     def clusters(self) -> list[str]:
         return list(self.heaps)
 
     def due(self, cluster: str, is_due: Callable[[datetime], bool]) -> list[str]:
         """Keys of `cluster` whose time is due, in key order (deterministic); they stay."""
-        heap, times = self.heaps.get(cluster), self.times
+        heap, times, queued = self.heaps.get(cluster), self.times, self.queued
         if not heap:
             return []
-        found: set[str] = set()  # a key may have several live entries (it left and came back)
+        found: list[str] = []
+        later: list[str] = []
         while heap and is_due(heap[0][0]):
             at, key = heappop(heap)
-            if times.get(key) == at:
-                found.add(key)
-        keys = sorted(found)
-        for key in keys:
-            heappush(heap, (times[key], key))
-        return keys
+            if queued.get(key) != at:
+                continue  # superseded by an earlier entry of the same key
+            del queued[key]
+            time = times.get(key)
+            if time is None:
+                continue  # discarded, or its state no longer waits or expires
+            if time == at or is_due(time):
+                found.append(key)
+            else:
+                later.append(key)  # its time moved later: pushed again at it
+        for key in later:
+            self._push(key, times[key])
+        found.sort()
+        for key in found:
+            self._push(key, times[key])
+        return found
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.times)

@@ -12,7 +12,7 @@ import pytest
 
 from app.core.fleet_fold import FailureStats, GpuTimeStats, RateStats, _horizon_at, fleet_expires_at
 from app.core.rules import DEFAULT_FLEET, DEFAULT_RULES, Rules
-from app.core.runner import Scope
+from app.core.runner import KeyTimes, Scope
 from app.core.topology import STAGES
 from app.replay.pipeline import Pipeline
 from app.replay.trace import read_lines, replay
@@ -108,3 +108,23 @@ def test_r7_4_an_hourly_fleet_state_expires_when_its_hour_leaves_the_history() -
         tick = timedelta(microseconds=1)
         assert not state.hour < _horizon_at(at - tick, fleet.history_hours)  # still kept a moment before
         assert state.hour < _horizon_at(at, fleet.history_hours)
+
+
+def test_r7_4_a_key_whose_time_moves_is_due_at_its_latest_time_only() -> None:
+    """The index pushes a key again only when its time moves earlier; one that moved later
+    (a state written again) is found at its new time, never at the old one."""
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    index = KeyTimes()
+    index.set("c/a", t0)
+    index.set("c/a", t0 + timedelta(hours=2))  # later: no new heap entry
+    index.set("c/b", t0 + timedelta(hours=3))
+    index.set("c/b", t0 + timedelta(hours=1))  # earlier: found at the earlier time
+    assert index.due("c", lambda at: at <= t0 + timedelta(minutes=30)) == []
+    assert index.due("c", lambda at: at <= t0 + timedelta(hours=1)) == ["c/b"]
+    assert index.due("c", lambda at: at <= t0 + timedelta(hours=2)) == ["c/a", "c/b"]  # found keys stay
+    index.discard("c/a")
+    index.set("c/b", None)
+    assert index.due("c", lambda at: True) == []
+    index.set("c/a", t0)  # back, at a time before the entry it had
+    assert index.due("c", lambda at: at <= t0) == ["c/a"]
+    assert sum(len(h) for h in index.heaps.values()) <= 2
