@@ -6,8 +6,9 @@ of the same records on the same broker, measured in the same run.
 - throughput: N source records pre-loaded into 4-partition topics; for each count of
   `--workers` (default 1 and 2), that many `faultline worker`s are started in one group
   and timed until the group has read every source record and every re-keyed record it
-  produced; the pass-through is timed over the same records before and after the
-  workers, and the ratio is to the mean of the two.
+  produced, from the first record they wrote to the last (Kafka timestamps); the
+  pass-through is timed over the same records before and after the workers (once more
+  before that, unmeasured, to warm the broker up), and the ratio is to the mean of the two.
 - latency, at each of `--rates` (a fresh worker each): once one failure has gone through
   every stage, records are produced at R records/s for S seconds
   (in batches every 10 ms, so the load generator takes little of the cores it shares
@@ -137,11 +138,16 @@ def _check(workers: list[subprocess.Popen], logs: list[Path]) -> None:
             raise SystemExit(f"worker exited: {log.read_text()[-2000:]}")
 
 
-def throughput_workers(bootstrap: str, records: list, tmp: Path, workers: int = 1) -> float:
-    """The records pre-loaded; `workers` workers started at once in one group, timed
-    from the group's first commit (it has joined and is processing) to its having
-    committed every source and re-keyed record. Commits come every few seconds, so both
-    ends are that coarse: use enough records."""
+class Throughput(NamedTuple):
+    records_per_s: float
+    cpu_per_record: float  # CPU seconds of the workers per source record, startup aside
+
+
+def throughput_workers(bootstrap: str, records: list, tmp: Path, workers: int = 1) -> Throughput:
+    """The records pre-loaded; `workers` workers started at once in one group; once the
+    group has committed every source and re-keyed record, the rate is the source records
+    over the span of the Kafka timestamps of what the workers wrote (`_written_span`): the
+    commits that tell when the group is done come every few seconds, too coarse to time by."""
     prefix = f"bp{uuid.uuid4().hex[:6]}."
     settings = load({"bootstrap": bootstrap, "topic_prefix": prefix, "partitions": PARTITIONS})
     create_topics(settings)
@@ -150,23 +156,55 @@ def throughput_workers(bootstrap: str, records: list, tmp: Path, workers: int = 
     topics = stage_inputs(prefix)
     logs = [tmp / f"worker-{workers}-{i}.log" for i in range(workers)]
     procs = [start_worker(bootstrap, prefix, tmp / f"worker-{workers}-{i}", log, f"w{i}" if workers > 1 else "") for i, log in enumerate(logs)]
+
+    def cpu() -> float:
+        return sum(cpu_seconds(proc.pid) or 0.0 for proc in procs)
+
     try:
-        initial = lag_of(settings.app_id, topics)
-        lag = initial
-        while lag >= initial:  # nothing committed yet
+        initial = lag = lag_of(settings.app_id, topics)
+        while lag >= initial:  # nothing committed yet: the workers start up, join, begin
             _check(procs, logs)
             time.sleep(0.1)
             lag = lag_of(settings.app_id, topics)
-        start, done_at_start = time.perf_counter(), initial - lag
-        while lag_of(settings.app_id, topics) > 0:
+        cpu_at_start, done_at_start = cpu(), initial - lag
+        while lag > 0:
             _check(procs, logs)
             time.sleep(0.2)
-        # The source records processed after the first commit, over the time they took.
-        return max(n - done_at_start * n / initial, 1) / (time.perf_counter() - start)
+            lag = lag_of(settings.app_id, topics)
+        # The CPU the workers spent from their first commit to their last, per source
+        # record processed in between (with every re-keyed record it caused).
+        per_record = (cpu() - cpu_at_start) / max(n - done_at_start * n / initial, 1)
+        first, last = _written_span(bootstrap, prefix)
+        return Throughput(n / max(last - first, 1e-3), per_record)
     finally:
         for proc in procs:
             stop_worker(proc)
         lag_of.close()
+
+
+def _written_span(bootstrap: str, prefix: str) -> tuple[float, float]:
+    """The Kafka timestamps (seconds) of the first and the last record written to any topic
+    of the run but its sources: re-keyed records, outputs, changelogs."""
+    sources = {prefix + t for t in SOURCE_TOPICS}
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    try:
+        written = [t for t in consumer.topics() if t.startswith(prefix) and t not in sources]
+        tps = [SyncTopicPartition(t, p) for t in written for p in (consumer.partitions_for_topic(t) or ())]
+        begins, ends = consumer.beginning_offsets(tps), consumer.end_offsets(tps)
+        stamps: list[float] = []
+        for tp in tps:
+            if ends[tp] <= begins[tp]:
+                continue
+            consumer.assign([tp])
+            for offset in (begins[tp], ends[tp] - 1):
+                consumer.seek(tp, offset)
+                polled = consumer.poll(timeout_ms=5000, max_records=1)
+                stamps += [m.timestamp / 1000 for batch in polled.values() for m in batch]
+        if not stamps:
+            raise SystemExit(f"the workers wrote nothing to the topics of {prefix}")
+        return min(stamps), max(stamps)
+    finally:
+        consumer.close()
 
 
 async def _passthrough(bootstrap: str, records: list) -> float:
@@ -424,9 +462,11 @@ def main() -> None:
 
     with kafka() as bootstrap, tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
-        # The pass-through before and after the workers, their mean the baseline: on a shared
-        # machine it is the noisier figure (it moved ±12 % between runs while the worker's
-        # rate moved ±2 %), and a drift during the workers' runs weighs on both samples.
+        # The pass-through before and after the workers, their mean the baseline: it is the
+        # noisier figure (6,300 to 11,700 records/s in runs where the worker's rate stayed
+        # within 5,400-5,800), and a drift during the workers' runs weighs on both samples.
+        if args.workers:  # a broker just started runs slower while its JVM warms up: not measured
+            asyncio.run(_passthrough(bootstrap, records[: len(records) // 2]))
         before = asyncio.run(_passthrough(bootstrap, records)) if args.workers else float("nan")
         throughput = {n: throughput_workers(bootstrap, records, tmp_path, n) for n in args.workers}
         after = asyncio.run(_passthrough(bootstrap, records)) if args.workers else float("nan")
@@ -438,10 +478,11 @@ def main() -> None:
     print(f"load_average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (1, 5, 15 min, at the end; {os.cpu_count()} cores)")
     if args.workers:
         print(f"passthrough_records_per_s: {passthrough:.0f} (the mean of {before:.0f} before the workers and {after:.0f} after)")
-    for n, rate in throughput.items():
+    for n, (rate, per_record) in throughput.items():
         name = "worker" if n == 1 else f"workers_{n}"
         print(f"{name}_records_per_s: {rate:.0f}")
         print(f"ratio_{name}_to_passthrough: {rate / passthrough:.2f}")
+        print(f"{name}_cpu_us_per_record: {1e6 * per_record:.0f} (the CPU the worker process{'es' if n > 1 else ''} spent per source record, all stages)")
     parts = []
     for rate, m in measured.items():
         lat, completed = m.seconds, m.completed
@@ -459,7 +500,10 @@ def main() -> None:
             f"at {rate:.0f} rec/s worker {100 * worker_cpu:.0f}% of a core, p50 {1000 * _pct(lat, 0.5):.0f} ms, p99 {1000 * _pct(lat, 0.99):.0f} ms "
             f"({completed - len(lat)} of {completed} missing)"
         )
-    rated = "; ".join(f"{n} worker{'s' if n > 1 else ''} {rate:.0f} rec/s = {rate / passthrough:.2f}x" for n, rate in throughput.items())
+    rated = "; ".join(
+        f"{n} worker{'s' if n > 1 else ''} {t.records_per_s:.0f} rec/s = {t.records_per_s / passthrough:.2f}x, {1e6 * t.cpu_per_record:.0f} µs CPU per record"
+        for n, t in throughput.items()
+    )
     print(
         f"summary: {rated or 'no throughput run'} aiokafka pass-through (target >= 0.8, RocksDB); "
         f"{'; '.join(parts)} (targets: <= 10% at 100/s, <= 25% at 400/s, p99 < 1000 ms and none missing at 2,000/s)"
