@@ -141,8 +141,12 @@ class KeyTimes:
         if heap is None:
             heap = self.heaps[cluster] = []
         heappush(heap, (at, key))
-        if len(heap) > 2 * len(self.queued) + 1024:  # mostly superseded entries: keep it in proportion
-            heap[:] = [(t, k) for k, t in self.queued.items() if k.partition("/")[0] == cluster]
+        if len(heap) > 2 * len(self.times) + 1024:  # mostly superseded or discarded: keep it in proportion
+            queued = self.queued
+            for gone in [k for k in queued if k.partition("/")[0] == cluster]:
+                del queued[gone]
+            heap[:] = [(t, k) for k, t in self.times.items() if k.partition("/")[0] == cluster]
+            queued.update((k, t) for t, k in heap)
             heapify(heap)
 
     def discard(self, key: str) -> None:

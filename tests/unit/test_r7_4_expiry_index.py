@@ -128,3 +128,17 @@ def test_r7_4_a_key_whose_time_moves_is_due_at_its_latest_time_only() -> None:
     index.set("c/a", t0)  # back, at a time before the entry it had
     assert index.due("c", lambda at: at <= t0) == ["c/a"]
     assert sum(len(h) for h in index.heaps.values()) <= 2
+
+
+def test_r7_4_the_index_forgets_keys_that_stopped_waiting_or_expiring() -> None:
+    """A key set far ahead and then discarded leaves its heap entry behind until a rebuild:
+    the heap stays in proportion to the keys that still have a time."""
+    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    index = KeyTimes()
+    for i in range(5_000):
+        index.set(f"c/{i}", t0 + timedelta(days=30))  # far ahead
+        index.set(f"c/{i}", None)  # no longer waits
+    index.set("c/live", t0)
+    assert len(index) == 1
+    assert len(index.heaps["c"]) <= 2 * len(index) + 1024 + 1 and len(index.queued) <= 2 * len(index) + 1024 + 1
+    assert index.due("c", lambda at: at <= t0) == ["c/live"]
