@@ -158,8 +158,6 @@ class Stages:
 
         return handle_with_state
 
-        return handle
-
     def handle(self, stage: Stage, table: StateTable[Any] | None, message: faust.types.Message, batch: Batch, unsent: list[Sent] | None = None) -> None:
         """One record through the stage's runner; its states held with the records their
         folds caused, the records held in the batch (delivery.py sends them after).
@@ -195,9 +193,11 @@ class Stages:
             event = event_in_hand()  # names the table partition
             kept = self.unsent.get(stage.name)
             for write in outcome.writes:
-                if kept is not None:
-                    kept.folded(write.key)  # a newer view: what it held unsent is superseded
                 caused = records[starts[write.first] : starts[write.end]]
+                if kept is not None:  # what it held unsent leaves before what it causes now
+                    early, carried = kept.folded(write.key)
+                    batch.outputs.extend(early)
+                    caused = carried + caused if carried else caused
                 table.hold(write.key, event, store.positions(write.key), write.state, write.raw, caused)
         batch.outputs.extend(records)
 

@@ -16,14 +16,19 @@ Anything caused before the committed offset was sent: a batch's offsets are ackn
 only after its records.
 
 A key folded again before its cause comes back (a stage reading several partitions may
-read a record of the other one first) has its kept records dropped: what the new fold
-sends is a newer view of the key, and its old records sent after it would take the view
-back downstream (a verdict going backwards: issue 23). Those records are then not sent,
-as before this module: a record that only a superseded view carried is lost with it.
+read a record of the other one first) must not lose what it kept: its records are not a
+view the new fold repeats but what happened (a fault found once is sent once), so they
+are sent then, before the new fold's records (which come after them downstream, as they
+were made after them). The next stage recognises repeats by position in each stream it
+reads, so a record sent early takes with it every record kept before it in its input
+partition, in order; their causes, when they come, find them sent. The key's new entry
+keeps its old records in its outbox, so a second crash before they leave finds them
+again.
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 from typing import Any
 
@@ -38,44 +43,123 @@ from app.stream.tables import StateTable
 log = logging.getLogger("faultline.stream")
 
 
+class KeptRecords:
+    """Records kept unsent, by the input record that caused them (`topic:partition:offset`),
+    each with the key of the entry that holds it; no I/O."""
+
+    def __init__(self, kept: list[tuple[bytes, Sent]]) -> None:
+        by_cause: dict[str, list[tuple[bytes, Sent]]] = {}
+        for raw_key, sent in kept:
+            by_cause.setdefault(sent.cause, []).append((raw_key, sent))
+        for records in by_cause.values():
+            records.sort(key=_index_among_caused)  # stable: one entry's records keep their order
+        self.by_cause = by_cause
+        self.causes_of: dict[bytes, set[str]] = {}  # key -> causes it has records kept for
+        self.offsets: dict[str, list[int]] = {}  # input partition -> kept causes' offsets, ascending
+        for cause, records in by_cause.items():
+            for raw_key, _ in records:
+                self.causes_of.setdefault(raw_key, set()).add(cause)
+            partition, offset = _split(cause)
+            self.offsets.setdefault(partition, []).append(offset)
+        for offsets in self.offsets.values():
+            offsets.sort()
+        self.sent_early: set[str] = set()  # causes whose records went out before they came
+        # Records sent early, by the key whose entry held them, until that key is held
+        # again: its new entry keeps them, as its old one did, until they have left.
+        self.early: dict[bytes, list[Sent]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.by_cause or self.sent_early or self.early)
+
+    def __len__(self) -> int:
+        return sum(map(len, self.by_cause.values()))
+
+    def take(self, cause: str) -> list[Sent] | None:
+        """What `cause` caused that may be unsent: [] if it was sent early, None if
+        nothing is known of it."""
+        if cause in self.sent_early:
+            self.sent_early.discard(cause)
+            return []
+        kept = self.by_cause.pop(cause, None)
+        if kept is None:
+            return None
+        self._forget(cause, kept)
+        return [sent for _, sent in kept]
+
+    def superseded(self, raw_key: bytes) -> list[Sent]:
+        """`raw_key` is folded again before the causes of its kept records came: those
+        records, and every record kept before them in their input partitions, to send now,
+        in the order they were made."""
+        causes = self.causes_of.get(raw_key)
+        if not causes:
+            return []
+        last: dict[str, int] = {}
+        for cause in causes:
+            partition, offset = _split(cause)
+            last[partition] = max(offset, last.get(partition, -1))
+        out: list[Sent] = []
+        for partition, up_to in sorted(last.items()):
+            offsets = self.offsets[partition]
+            end = bisect.bisect_right(offsets, up_to)
+            for offset in offsets[:end]:
+                cause = f"{partition}:{offset}"
+                kept = self.by_cause.pop(cause, None)
+                if kept is None:  # came already
+                    continue
+                self._forget(cause, kept)
+                self.sent_early.add(cause)
+                for key, sent in kept:
+                    self.early.setdefault(key, []).append(sent)
+                    out.append(sent)
+            del offsets[:end]
+        return out
+
+    def carried(self, raw_key: bytes) -> list[Sent]:
+        """The records `raw_key`'s old entry held that were sent early: its new entry
+        keeps them in its outbox."""
+        return self.early.pop(raw_key, [])
+
+    def _forget(self, cause: str, kept: list[tuple[bytes, Sent]]) -> None:
+        for raw_key, _ in kept:
+            causes = self.causes_of.get(raw_key)
+            if causes is not None:
+                causes.discard(cause)
+                if not causes:
+                    del self.causes_of[raw_key]
+
+
 class Unsent:
-    """One table's unsent records, by the input record that caused them, for the
-    ownership begun with the consumer group's current generation."""
+    """One table's unsent records for the ownership begun with the consumer group's
+    current generation."""
 
     def __init__(self, app: faust.App, table: StateTable[Any], committed: CommittedOffsets) -> None:
         self.app, self.table, self.committed = app, table, committed
         self.generation: int | None = None
-        self.by_cause: dict[str, list[tuple[bytes, Sent]]] = {}  # cause -> (key, record)
-        self.causes_of: dict[bytes, set[str]] = {}  # key -> causes it has records kept for
+        self.kept = KeptRecords([])
 
     async def take(self, message: faust.types.Message) -> list[Sent] | None:
-        """The records `message` caused that may not have been sent (None: none known)."""
+        """The records `message` caused that may not have been sent ([]: sent already
+        in this ownership; None: none known)."""
         generation = self.app.consumer_generation_id
         if generation != self.generation:
             self.generation = generation
-            self.by_cause = await self._collect()
-            self.causes_of = {}
-            for cause, kept in self.by_cause.items():
-                for key, _ in kept:
-                    self.causes_of.setdefault(key, set()).add(cause)
-        if not self.by_cause:
+            self.kept = KeptRecords(await self._collect())
+            if self.kept:
+                log.info("table %s: %d records of %d input records may be unsent; sent again when those come", self.table.name, len(self.kept), len(self.kept.by_cause))
+        if not self.kept:
             return None
-        kept = self.by_cause.pop(cause_of(message), None)
-        return [sent for _, sent in kept] if kept is not None else None
+        return self.kept.take(cause_of(message))
 
-    def folded(self, key: str) -> None:
-        """`key` was folded again in this ownership: its kept records are superseded."""
-        if not self.causes_of:
-            return
+    def folded(self, key: str) -> tuple[list[Sent], list[Sent]]:
+        """`key` is folded again in this ownership: (the records kept for it and those
+        before them in their partitions, to send before what the new fold caused; the
+        records of its old entry sent early, for its new entry's outbox)."""
+        if not self.kept:
+            return [], []
         raw_key = key.encode()
-        for cause in self.causes_of.pop(raw_key, ()):
-            kept = [each for each in self.by_cause.get(cause, ()) if each[0] != raw_key]
-            if kept:
-                self.by_cause[cause] = kept
-            else:
-                self.by_cause.pop(cause, None)
+        return self.kept.superseded(raw_key), self.kept.carried(raw_key)
 
-    async def _collect(self) -> dict[str, list[tuple[bytes, Sent]]]:
+    async def _collect(self) -> list[tuple[bytes, Sent]]:
         assigned = {(tp.topic, tp.partition) for tp in self.app.consumer.assignment()}
         by_partition: dict[tuple[str, int], list[tuple[int, bytes, Sent]]] = {}
         for raw_key, sent in self.table.outboxes():
@@ -83,17 +167,17 @@ class Unsent:
             source = (topic, int(partition))
             if source in assigned:
                 by_partition.setdefault(source, []).append((int(offset), raw_key, sent))
-        by_cause: dict[str, list[tuple[bytes, Sent]]] = {}
+        kept: list[tuple[bytes, Sent]] = []
         for (topic, partition), caused in by_partition.items():
             committed = await self.committed.get(TP(topic, partition))
-            for offset, raw_key, sent in caused:
-                if committed is None or offset >= committed:
-                    by_cause.setdefault(sent.cause, []).append((raw_key, sent))
-        for records in by_cause.values():
-            records.sort(key=_index_among_caused)  # stable: one entry's records keep their order
-        if by_cause:
-            log.info("table %s: %d records of %d input records may be unsent; sent again when those come", self.table.name, sum(map(len, by_cause.values())), len(by_cause))
-        return by_cause
+            kept.extend((raw_key, sent) for offset, raw_key, sent in caused if committed is None or offset >= committed)
+        return kept
+
+
+def _split(cause: str) -> tuple[str, int]:
+    """`topic:partition:offset` -> (`topic:partition`, offset)."""
+    partition, _, offset = cause.rpartition(":")
+    return partition, int(offset)
 
 
 def _index_among_caused(kept: tuple[bytes, Sent]) -> int:
