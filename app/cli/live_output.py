@@ -1,7 +1,8 @@
 """How `faultline run` shows what it emits, as it comes: one table under one header, a line
 per verdict or gang transition, the first column saying which (`verdict`; `revised`, a
-verdict that replaces one printed before, with the code it replaces; `gang`, a
-transition of a JobSet under Kueue), the verdict's reasons indented beneath it.
+verdict that replaces one printed before, with what it replaces; `gang`, a transition of
+a JobSet under Kueue), the verdict's reasons indented beneath it. GPU-H is what the
+failure cost (as `classify` shows it): a revision that moves it is printed too.
 
 Rows are printed one at a time, so the columns start at widths that fit the usual keys
 and codes (render.Columns: they only grow)."""
@@ -17,8 +18,9 @@ from app.cli import render
 from app.core.emit import Emit
 from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, GANG_TRANSITIONS, ClassifiedFailure, GangTransition
 
-HEADER = ("WHAT", "ATTEMPT / JOBSET", "CODE", "KIND", "GPU FAULT / TRANSITION", "POD", "NOTE")
-MINIMUM = (7, 44, 20, 6, 32, 36, 0)
+HEADER = ("WHAT", "ATTEMPT / JOBSET", "CODE", "KIND", "GPU-H", "GPU FAULT / TRANSITION", "POD", "NOTE")
+MINIMUM = (7, 44, 20, 6, 5, 32, 36, 0)
+NUMERIC = [name == "GPU-H" for name in HEADER]
 VERDICT, REVISED, GANG = "verdict", "revised", "gang"
 
 
@@ -31,6 +33,7 @@ class Shown(NamedTuple):
     pod: str
     reasons: tuple[str, ...] = ()
     terminal: bool = True
+    gpu_hours: str = "-"
 
 
 # Attempts whose last verdict is remembered to say what a revision replaces; the oldest
@@ -41,6 +44,7 @@ REMEMBERED = 100_000
 def verdict_cells(v: ClassifiedFailure, previous: Shown | None) -> tuple[str, ...]:
     fault = render.fault_text(v.gpu_fault)
     pod = v.faulted_pod.name if v.faulted_pod else "-"
+    gpu_hours = render.gpu_hours(v.gpu_seconds)
     notes = []
     if v.revision:
         if previous is None:  # forgotten (REMEMBERED)
@@ -50,22 +54,25 @@ def verdict_cells(v: ClassifiedFailure, previous: Shown | None) -> tuple[str, ..
         elif (previous.fault, previous.pod) != (fault, pod):
             was = "without a GPU fault" if previous.fault == "-" else previous.fault
             notes.append(f"was {was}" + (f" on pod {previous.pod}" if previous.pod != "-" else ""))
+        elif previous.gpu_hours != gpu_hours:  # a pod's end came later, or a generation's pods
+            notes.append(f"GPU-H was {previous.gpu_hours}")
         else:
             notes.append("same verdict, new evidence")
     if not v.terminal:
         notes.append(f"restarted in place (generation {v.generation})")
-    return (REVISED if v.revision else VERDICT, render.attempt_name(v), v.code, v.kind, fault, pod, "; ".join(notes))
+    return (REVISED if v.revision else VERDICT, render.attempt_name(v), v.code, v.kind, gpu_hours, fault, pod, "; ".join(notes))
 
 
 def _shown(v: ClassifiedFailure) -> Shown:
-    return Shown(v.code, v.kind, render.fault_text(v.gpu_fault), v.faulted_pod.name if v.faulted_pod else "-", tuple(v.reasons), v.terminal)
+    pod = v.faulted_pod.name if v.faulted_pod else "-"
+    return Shown(v.code, v.kind, render.fault_text(v.gpu_fault), pod, tuple(v.reasons), v.terminal, render.gpu_hours(v.gpu_seconds))
 
 
 def transition_cells(t: GangTransition) -> tuple[str, ...]:
     # KIND: whose retry the transition costs (R9), as a verdict's kind says whose fault it was.
     waited = f"waited {t.waited_seconds:g}s; " if t.waited_seconds is not None else ""
     retry = t.retry.upper() if t.retry else "-"
-    return (GANG, render.attempt_name(t), t.code or "-", retry, f"{t.from_} -> {t.to}", "-", waited + t.reason)
+    return (GANG, render.attempt_name(t), t.code or "-", retry, "-", f"{t.from_} -> {t.to}", "-", waited + t.reason)
 
 
 class LivePrinter:
@@ -74,7 +81,7 @@ class LivePrinter:
 
     def __init__(self, stdout: IO[str], out: IO[bytes] | None, encode: Callable[[Emit], bytes]) -> None:
         self._stdout, self._out, self._encode = stdout, out, encode
-        self._columns = render.Columns(HEADER, MINIMUM)
+        self._columns = render.Columns(HEADER, MINIMUM, NUMERIC)
         self._headed = False
         self._last: OrderedDict[str, Shown] = OrderedDict()  # attempt key -> its last verdict
         self.verdicts = 0
@@ -99,8 +106,8 @@ class LivePrinter:
             v: ClassifiedFailure = emit.value
             self.verdicts += 1
             if v.revision and self._last.get(v.key) == _shown(v):
-                # Nothing the table shows changed (e.g. only the GPU time, which it has no
-                # column for): the record is in --out, the row would say nothing.
+                # Nothing the table shows changed (e.g. the GPU time by less than the
+                # tenth of an hour shown): the record is in --out, the row would say nothing.
                 self._remember(v)
                 return
             self._print([self._columns.line(verdict_cells(v, self._last.get(v.key))), *render.reasons(v.reasons)])

@@ -267,7 +267,7 @@ def test_a_gang_preempted_while_run_is_down_is_waited_for_and_readmitted_as_one_
 
     assert transitions(out_1, out_2, out_3) == transitions(ref_out)
     gang = [line for line in printed(ref_out) if line.startswith("gang ")]
-    assert [line.split("  ")[4] for line in gang] == [
+    assert [line.split("  ")[5] for line in gang] == [  # WHAT, JOBSET, CODE, KIND, GPU-H, TRANSITION
         "Pending -> Running", "Running -> WaitingForReadmission", "WaitingForReadmission -> Running", "Running -> Completed"]
     evicted = next(c for c in world.wl["status"]["conditions"] if c["type"] == "Evicted")  # now False: when it was True, see the records
     assert evicted["status"] == "False"

@@ -77,7 +77,7 @@ def revised(emit: Emit, **changes: object) -> Emit:
 def test_a_revision_is_marked_revised_with_the_verdict_it_replaces():
     first = next(e for e in emits_of("mixed.jsonl") if e.topic == CLASSIFIED_FAILURES and e.value.code == "Error")
     later = revised(first, code="GpuXidError", kind="SYSTEM")
-    unshown = revised(later, gpu_seconds=(later.value.gpu_seconds or 0) + 60)  # nothing the table shows
+    unshown = revised(later, gpu_seconds=(later.value.gpu_seconds or 0) + 1)  # nothing the table shows
     again = revised(unshown, reasons=[*later.value.reasons, "a later record"])
     lines, out = printed([first, later, unshown, again])
     rows = [line for line in lines[1:] if not line.startswith(" ")]
@@ -111,3 +111,26 @@ def test_a_workload_attempt_is_named_as_classify_names_it():
     column = lines[0].index("ATTEMPT / JOBSET")
     shown = {re.sub(r"\s{2,}.*", "", row[column:]) for row in lines[1:] if not row.startswith(" ")}
     assert named <= shown, shown
+
+
+def test_gpu_hours_are_shown_as_classify_shows_them_and_a_revision_that_moves_them_is_printed():
+    """Issue 30's cost on the live table: GPU-H as `classify` prints it, right-aligned under
+    its header; a revision that moves the tenth of an hour shown says what it was."""
+    from app.cli import render
+
+    emits = emits_of("mixed.jsonl")
+    lines, _ = printed(emits)
+    header = lines[0]
+    end = header.index("GPU-H") + len("GPU-H")
+    latest = {e.key: e.value for e in emits if e.topic == CLASSIFIED_FAILURES}
+    rows = [line for line in lines[1:] if line.startswith(("verdict ", "revised "))]
+    shown = {row[:end].split()[-1] for row in rows}
+    assert {render.gpu_hours(v.gpu_seconds) for v in latest.values()} <= shown
+    assert all(row[end - 1] != " " and row[end : end + 2] == "  " for row in rows), rows  # right-aligned
+
+    first = next(e for e in emits if e.topic == CLASSIFIED_FAILURES and e.value.code == "Error" and e.value.gpu_seconds)
+    longer = revised(first, gpu_seconds=first.value.gpu_seconds + 1800)
+    lines, _ = printed([first, longer])
+    revision = [line for line in lines if line.startswith("revised ")]
+    assert len(revision) == 1 and revision[0].endswith(f"GPU-H was {render.gpu_hours(first.value.gpu_seconds)}")
+    assert render.gpu_hours(first.value.gpu_seconds + 1800) in revision[0].split()
