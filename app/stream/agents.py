@@ -151,7 +151,7 @@ class Stages:
                 self.handle(stage, table, message, batch)
 
             return handle
-        unsent = self.unsent[stage.name] = Unsent(self.app, table, self.delivery.committed)
+        unsent = self.unsent[stage.name] = Unsent(self.app, table, self.delivery.committed, self.counts)
 
         async def handle_with_state(message: faust.types.Message, batch: Batch) -> None:
             self.handle(stage, table, message, batch, await unsent.take(message))

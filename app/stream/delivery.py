@@ -26,9 +26,9 @@ states first, a record is folded again only if nothing it caused was sent, so wh
 order the restart reads in, the stage never contradicts itself; a record whose state is
 durable but whose records may not have been sent is recognised as a repeat when it comes
 again (its offset is past the committed one: offsets are committed only after step 5) and
-sends them again from the outbox, byte for byte, where it stands in its partition. (The
-outboxes a new ownership finds are read once, before anything is folded: a settled
-state or a rewritten entry would not be asked for them; unsent.py.)
+sends them again from the outbox, byte for byte, in the order they were made (after what
+was made before them in its partition and for its key: unsent.py, which reads the
+outboxes a new ownership finds once, before anything is folded).
 An error in 4 or 5 stops the worker before 6: nothing is acked, nothing is lost.
 
 Records sent to a re-key topic carry the position of the source record that caused

@@ -11,25 +11,24 @@ for them from that record is not always taken:
 So at each new ownership, before anything is folded, the outboxes of the table's entries
 are read once; every record caused by an input record at or past its partition's
 committed offset (which will be read again) is kept by that cause, and is sent again,
-byte for byte and in the order it was first caused, when that input record comes.
-Anything caused before the committed offset was sent: a batch's offsets are acknowledged
-only after its records.
+byte for byte, when that input record comes. Anything caused before the committed offset
+was sent: a batch's offsets are acknowledged only after its records.
 
-A key folded again before its cause comes back (a stage reading several partitions may
-read a record of the other one first) must not lose what it kept: its records are not a
-view the new fold repeats but what happened (a fault found once is sent once), so they
-are sent then, before the new fold's records (which come after them downstream, as they
-were made after them). The next stage recognises repeats by position in each stream it
-reads, so a record sent early takes with it every record kept before it in its input
-partition, in order; their causes, when they come, find them sent. The key's new entry
-keeps its old records in its outbox, so a second crash before they leave finds them
-again.
+The order they leave in is the order they were made in, as far as the next stage can
+tell (`KeptRecords`): after every record kept before them in their input partition (it
+recognises repeats by position in each stream) and in their key's outbox (a stage
+reading two partitions, pods: k8s.pods and k8s.events, folds a key's records from both,
+and a restart may read them in the other order). A key folded again before its cause
+comes back sends them then, before the new fold's records: they are not a view the new
+fold repeats but what happened (a fault found once is sent once). The key's new entry
+keeps them in its outbox, so a second crash before they leave finds them again.
 """
 
 from __future__ import annotations
 
 import bisect
 import logging
+from collections import Counter
 from typing import Any
 
 import faust
@@ -45,97 +44,120 @@ log = logging.getLogger("faultline.stream")
 
 class KeptRecords:
     """Records kept unsent, by the input record that caused them (`topic:partition:offset`),
-    each with the key of the entry that holds it; no I/O."""
+    each with the key of the entry that held it; no I/O.
 
-    def __init__(self, kept: list[tuple[bytes, Sent]]) -> None:
+    They were made in one order, which two orders witness: their input partitions' (by
+    offset) and each key's (its outbox). The next stage must meet them in both: in its
+    streams' order, or it takes a record for a repeat, and each key's in fold order, or an
+    older view of the key arrives after a newer one (a pod's running view after its failed
+    one: a verdict that costs the whole attempt instead of the failed pod). So a cause's
+    records leave only after everything kept before them in either order (`_release`),
+    whichever comes first: the cause, or its key folded again."""
+
+    def __init__(self, kept: list[tuple[bytes, Sent]], counts: Counter[str] | None = None) -> None:
+        """`kept`: (key, record), each key's records in its outbox's order; `counts` gets
+        `unsent_sent_early`: the records that left before their cause came."""
+        self.counts: Counter[str] = Counter() if counts is None else counts
         by_cause: dict[str, list[tuple[bytes, Sent]]] = {}
+        self.causes_of: dict[bytes, list[str]] = {}  # key -> its causes, in its outbox's order
         for raw_key, sent in kept:
             by_cause.setdefault(sent.cause, []).append((raw_key, sent))
+            causes = self.causes_of.setdefault(raw_key, [])
+            if sent.cause not in causes[-1:]:
+                causes.append(sent.cause)
         for records in by_cause.values():
             records.sort(key=_index_among_caused)  # stable: one entry's records keep their order
         self.by_cause = by_cause
-        self.causes_of: dict[bytes, set[str]] = {}  # key -> causes it has records kept for
+        # key -> cause -> the key's cause before it (a fleet key may hold a batch's worth)
+        self._previous = {key: dict(zip(causes[1:], causes)) for key, causes in self.causes_of.items()}
         self.offsets: dict[str, list[int]] = {}  # input partition -> kept causes' offsets, ascending
-        for cause, records in by_cause.items():
-            for raw_key, _ in records:
-                self.causes_of.setdefault(raw_key, set()).add(cause)
+        for cause in by_cause:
             partition, offset = _split(cause)
             self.offsets.setdefault(partition, []).append(offset)
         for offsets in self.offsets.values():
             offsets.sort()
-        self.sent_early: set[str] = set()  # causes whose records went out before they came
-        # Records sent early, by the key whose entry held them, until that key is held
-        # again: its new entry keeps them, as its old one did, until they have left.
-        self.early: dict[bytes, list[Sent]] = {}
+        self.released: set[str] = set()  # causes whose records left before the cause came
+        # Records that left, by the key whose entry held them, until that key is held again:
+        # its new entry keeps them, as its old one did, until they are acknowledged.
+        self.left: dict[bytes, list[Sent]] = {}
 
     def __bool__(self) -> bool:
-        return bool(self.by_cause or self.sent_early or self.early)
+        return bool(self.by_cause or self.released or self.left)
 
     def __len__(self) -> int:
         return sum(map(len, self.by_cause.values()))
 
     def take(self, cause: str) -> list[Sent] | None:
-        """What `cause` caused that may be unsent: [] if it was sent early, None if
-        nothing is known of it."""
-        if cause in self.sent_early:
-            self.sent_early.discard(cause)
+        """`cause` came again: what it caused that may be unsent, after what must leave
+        before it ([]: it all left already; None: nothing is known of it)."""
+        if cause in self.released:
+            self.released.discard(cause)
             return []
-        kept = self.by_cause.pop(cause, None)
-        if kept is None:
+        if cause not in self.by_cause:
             return None
-        self._forget(cause, kept)
-        return [sent for _, sent in kept]
+        out: list[Sent] = []
+        self._release(cause, out, cause)
+        self.released.discard(cause)
+        return out
 
     def superseded(self, raw_key: bytes) -> list[Sent]:
         """`raw_key` is folded again before the causes of its kept records came: those
-        records, and every record kept before them in their input partitions, to send now,
-        in the order they were made."""
-        causes = self.causes_of.get(raw_key)
-        if not causes:
-            return []
-        last: dict[str, int] = {}
-        for cause in causes:
-            partition, offset = _split(cause)
-            last[partition] = max(offset, last.get(partition, -1))
+        records, after what must leave before them, to send before what the new fold makes."""
         out: list[Sent] = []
-        for partition, up_to in sorted(last.items()):
-            offsets = self.offsets[partition]
-            end = bisect.bisect_right(offsets, up_to)
-            for offset in offsets[:end]:
-                cause = f"{partition}:{offset}"
-                kept = self.by_cause.pop(cause, None)
-                if kept is None:  # came already
-                    continue
-                self._forget(cause, kept)
-                self.sent_early.add(cause)
-                for key, sent in kept:
-                    self.early.setdefault(key, []).append(sent)
-                    out.append(sent)
-            del offsets[:end]
+        for cause in reversed(self.causes_of.get(raw_key, ())):
+            if cause in self.by_cause:  # the key's last kept cause: the others are before it
+                self._release(cause, out)
+                break
         return out
 
     def carried(self, raw_key: bytes) -> list[Sent]:
-        """The records `raw_key`'s old entry held that were sent early: its new entry
+        """The records of `raw_key`'s old entry that left in this ownership: its new entry
         keeps them in its outbox."""
-        return self.early.pop(raw_key, [])
+        return self.left.pop(raw_key, [])
 
-    def _forget(self, cause: str, kept: list[tuple[bytes, Sent]]) -> None:
-        for raw_key, _ in kept:
-            causes = self.causes_of.get(raw_key)
-            if causes is not None:
-                causes.discard(cause)
-                if not causes:
-                    del self.causes_of[raw_key]
+    def _release(self, cause: str, out: list[Sent], came: str | None = None) -> None:
+        """`cause`'s records into `out`, after every kept record before them (depth first,
+        without recursion: the chains may be long); `came`: the cause that came, if one did."""
+        stack, expanded = [cause], set()
+        while stack:
+            at = stack[-1]
+            if at not in self.by_cause:
+                stack.pop()
+                continue
+            if at not in expanded:
+                expanded.add(at)
+                stack.extend(before for before in self._before(at) if before in self.by_cause)
+                continue
+            stack.pop()
+            kept = self.by_cause.pop(at)
+            self.released.add(at)
+            if at != came:
+                self.counts["unsent_sent_early"] += len(kept)
+            for raw_key, sent in kept:
+                self.left.setdefault(raw_key, []).append(sent)
+                out.append(sent)
+
+    def _before(self, cause: str) -> list[str]:
+        """The kept causes just before `cause`: in its partition, and in each key's outbox."""
+        partition, offset = _split(cause)
+        offsets = self.offsets[partition]
+        at = bisect.bisect_left(offsets, offset)
+        before = [f"{partition}:{offsets[at - 1]}"] if at else []
+        for raw_key, _ in self.by_cause[cause]:
+            previous = self._previous[raw_key].get(cause)
+            if previous is not None:
+                before.append(previous)
+        return before
 
 
 class Unsent:
     """One table's unsent records for the ownership begun with the consumer group's
     current generation."""
 
-    def __init__(self, app: faust.App, table: StateTable[Any], committed: CommittedOffsets) -> None:
-        self.app, self.table, self.committed = app, table, committed
+    def __init__(self, app: faust.App, table: StateTable[Any], committed: CommittedOffsets, counts: Counter[str]) -> None:
+        self.app, self.table, self.committed, self.counts = app, table, committed, counts
         self.generation: int | None = None
-        self.kept = KeptRecords([])
+        self.kept = KeptRecords([], counts)
 
     async def take(self, message: faust.types.Message) -> list[Sent] | None:
         """The records `message` caused that may not have been sent ([]: sent already
@@ -143,7 +165,7 @@ class Unsent:
         generation = self.app.consumer_generation_id
         if generation != self.generation:
             self.generation = generation
-            self.kept = KeptRecords(await self._collect())
+            self.kept = KeptRecords(await self._collect(), self.counts)
             if self.kept:
                 log.info("table %s: %d records of %d input records may be unsent; sent again when those come", self.table.name, len(self.kept), len(self.kept.by_cause))
         if not self.kept:
@@ -151,27 +173,26 @@ class Unsent:
         return self.kept.take(cause_of(message))
 
     def folded(self, key: str) -> tuple[list[Sent], list[Sent]]:
-        """`key` is folded again in this ownership: (the records kept for it and those
-        before them in their partitions, to send before what the new fold caused; the
-        records of its old entry sent early, for its new entry's outbox)."""
+        """`key` is folded again in this ownership: (its kept records, after what must
+        leave before them, to send before what the new fold causes; the records of its
+        old entry that left in this ownership, for its new entry's outbox)."""
         if not self.kept:
             return [], []
         raw_key = key.encode()
         return self.kept.superseded(raw_key), self.kept.carried(raw_key)
 
     async def _collect(self) -> list[tuple[bytes, Sent]]:
+        """(key, record) of every outbox record whose cause is at or past its partition's
+        committed offset, each key's in its outbox's order."""
         assigned = {(tp.topic, tp.partition) for tp in self.app.consumer.assignment()}
-        by_partition: dict[tuple[str, int], list[tuple[int, bytes, Sent]]] = {}
+        found: list[tuple[bytes, Sent, tuple[str, int], int]] = []
         for raw_key, sent in self.table.outboxes():
             topic, partition, offset = sent.cause.rsplit(":", 2)
             source = (topic, int(partition))
             if source in assigned:
-                by_partition.setdefault(source, []).append((int(offset), raw_key, sent))
-        kept: list[tuple[bytes, Sent]] = []
-        for (topic, partition), caused in by_partition.items():
-            committed = await self.committed.get(TP(topic, partition))
-            kept.extend((raw_key, sent) for offset, raw_key, sent in caused if committed is None or offset >= committed)
-        return kept
+                found.append((raw_key, sent, source, int(offset)))
+        committed = {source: await self.committed.get(TP(*source)) for source in {f[2] for f in found}}
+        return [(raw_key, sent) for raw_key, sent, source, offset in found if (c := committed[source]) is None or offset >= c]
 
 
 def _split(cause: str) -> tuple[str, int]:
