@@ -476,7 +476,8 @@ def main() -> None:
             passthrough = (before + after) / 2
     # Latency on a broker of its own: one that has just taken the throughput runs' several
     # hundred thousand records gave a p99 at 2,000/s of ~1 s where a fresh one gave ~0.2 s
-    # (same code, docs/benchmarks.md), a figure of the broker's state, not the worker's.
+    # (same code, same hour, docs/benchmarks.md): the figure should not depend on the order
+    # of the phases.
     with tempfile.TemporaryDirectory() as tmp, kafka() as bootstrap:
         measured = {rate: asyncio.run(latency(bootstrap, records, rate, seconds, Path(tmp))) for rate in rates}
 
