@@ -210,11 +210,14 @@ class Stages:
             scopes = self.scopes[name]
             if not scopes:
                 continue
-            runner = self.runners[name]
+            runner, kept = self.runners[name], self.unsent.get(name)
             expired: list[tuple[bytes, int]] = []
             for partition, scope in list(scopes.items()):
                 for key in runner.expired(scope, PartitionStates(table, partition)):
                     raw_key = key.encode()
+                    if kept is not None and kept.holds(raw_key):  # its unsent records first (unsent.py)
+                        runner.unwait(scope, key)
+                        continue
                     if raw_key in table.pending:  # held to be written: found again next sweep
                         runner.unwait(scope, key)
                     else:

@@ -110,6 +110,10 @@ class KeptRecords:
                 break
         return out
 
+    def holds(self, raw_key: bytes) -> bool:
+        """Whether `raw_key`'s entry holds records that have not left yet."""
+        return any(cause in self.by_cause for cause in self.causes_of.get(raw_key, ()))
+
     def carried(self, raw_key: bytes) -> list[Sent]:
         """The records of `raw_key`'s old entry that left in this ownership: its new entry
         keeps them in its outbox."""
@@ -180,6 +184,12 @@ class Unsent:
             return [], []
         raw_key = key.encode()
         return self.kept.superseded(raw_key), self.kept.carried(raw_key)
+
+    def holds(self, raw_key: bytes) -> bool:
+        """Whether `raw_key`'s entry holds records kept unsent in this ownership: a sweep
+        leaves it until they have left (dropped, its records would go with it on a second
+        crash, and its cause, when it came, would be folded again from no state)."""
+        return self.kept.holds(raw_key)
 
     async def _collect(self) -> list[tuple[bytes, Sent]]:
         """(key, record) of every outbox record whose cause is at or past its partition's

@@ -48,17 +48,17 @@ def cells(line: str) -> list[str]:
 
 
 def run_printed(text: str) -> tuple[dict[tuple[str, str, str], tuple[str, ...]], Counter[tuple[Any, ...]]]:
-    """`faultline run`'s table: the last verdict per attempt (code, kind, GPU fault, pod)
-    and the gang transitions (attempt, transition, code)."""
+    """`faultline run`'s table: the last verdict per attempt (code, kind, GPU-H, GPU fault,
+    pod) and the gang transitions (attempt, transition, code)."""
     verdicts, transitions = {}, Counter()
     for line in text.splitlines():
         if not line.strip() or line[0].isspace():
             continue  # a verdict's reasons, indented
         row = cells(line)
         if row[0] in ("verdict", "revised"):
-            verdicts[attempt(row[1])] = tuple(row[2:6])
-        elif row[0] == "gang":
-            transitions[(attempt(row[1]), row[4], row[2])] += 1
+            verdicts[attempt(row[1])] = tuple(row[2:7])
+        elif row[0] == "gang":  # WHAT JOBSET CODE KIND GPU-H TRANSITION
+            transitions[(attempt(row[1]), row[5], row[2])] += 1
     return verdicts, transitions
 
 
@@ -76,8 +76,8 @@ def classify_printed(text: str) -> tuple[dict[tuple[str, str, str], tuple[str, .
         elif line.startswith("JOBSET "):
             continue
         elif section == "verdicts":
-            row = cells(line)  # ATTEMPT CODE KIND GPU-H GPU-FAULT POD: run's table has no GPU-H
-            verdicts[attempt(row[0])] = (row[1], row[2], row[4], row[5])
+            row = cells(line)  # ATTEMPT CODE KIND GPU-H GPU-FAULT POD, as run's
+            verdicts[attempt(row[0])] = tuple(row[1:6])
         elif section == "gangs":
             row = cells(line)
             transitions[(attempt(row[0]), row[1], row[2])] += 1

@@ -60,6 +60,18 @@ def test_r7_3_a_key_s_records_leave_in_the_order_it_made_them_whichever_cause_co
     assert kept.counts["unsent_sent_early"] == 1  # the Event's record left before the Event came
 
 
+def test_r7_3_an_entry_holding_unsent_records_is_held_until_they_have_left() -> None:
+    """A sweep must not drop it before (app/stream/agents.py): a second crash would lose
+    them, and their cause would be folded again from no state."""
+    first, second = _sent("k8s.events:0:4", b"pod-a"), _sent("k8s.pods:0:9", b"pod-a")
+    kept = KeptRecords([(b"pod-a", first), (b"pod-a", second), (b"pod-b", _sent("k8s.events:0:6", b"pod-b"))])
+    assert kept.holds(b"pod-a") and kept.holds(b"pod-b") and not kept.holds(b"pod-c")
+    assert kept.take("k8s.events:0:4") == [first]
+    assert kept.holds(b"pod-a")  # its Pod record's records are still to leave
+    assert kept.take("k8s.pods:0:9") == [second] and not kept.holds(b"pod-a")
+    assert kept.superseded(b"pod-b") and not kept.holds(b"pod-b")
+
+
 def test_r7_3_a_key_with_nothing_kept_sends_nothing_early() -> None:
     kept = KeptRecords([(b"pod-a", _sent("k8s.events:1:2", b"pod-a"))])
     assert kept.superseded(b"pod-z") == [] and kept.carried(b"pod-z") == []
@@ -119,6 +131,8 @@ def test_r7_3_every_kept_record_leaves_once_in_the_order_it_was_made(restart: Re
             assert isinstance(what, bytes)
             sent.extend(records.superseded(what))
             assert all(s in sent for key, s in kept if key == what)  # none of its records left behind
+        for key in _KEYS:  # a sweep leaves the entries whose records have not all left
+            assert records.holds(key) == any(s not in sent for k, s in kept if k == key)
     assert sorted(sent, key=repr) == sorted(made, key=repr)  # each once
     position = {id(s): i for i, s in enumerate(made)}
     for partition in _PARTITIONS:  # each stream in order
