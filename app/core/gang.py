@@ -5,46 +5,47 @@ One fold per JobSet, keyed by `gang_key` (cluster + JobSet uid), over the JobSet
 per state change (R9.11), keyed as v1 under the orchestrator's labels and by the
 workload attempt key otherwise (R15.6, `attempt.gang_attempt`).
 
-Order independence (R7.1). The two topics interleave arbitrarily; records of one object
-arrive in order. Deciding on each arrival is not order independent, so the fold keeps each
-object's observations (reduced to what R9 reads) and, on every record, replays the
-JobSet's observations in order, reading the Workload as it stood at the same instant by
-the bridge's clock (`observed_at`: one bridge stamps both topics of a cluster). The rule,
+Order independence (R7.1, R12.7). The two topics interleave arbitrarily; records of one
+object arrive in order. After a restart of `run` or the bridge, or a relist, each watch
+delivers its backlog in one burst, before or after the other's: `observed_at` then says
+when the burst came, not what Kueue did first. So the fold keeps each object's
+observations (reduced to what R9 reads) and, on every record, replays the JobSet's
+observations in order, setting them beside the Workload's by the times the objects carry:
+the job's `Suspended` condition (its controller's clock: when a suspension or a resume
+began, `job_times`) and the Workload's conditions (Kueue's clock: when each of its states
+began, `WorkloadTimeline`). A change an object writes no time for is placed as late as its
+own later records allow (before its next timed change, never after it was seen). The rule,
 as a user would state it:
 
   A suspension of a started JobSet is explained by the Workload eviction in force when
-  the JobSet was seen suspended or, failing that, by the first eviction Kueue records
-  while the JobSet is known to stay suspended (Kueue evicts, then suspends, but the
-  JobSet's watch may run ahead). The eviction is classified by the Workload as it stood
-  when both had been seen, inactivity first (R9.8). Until then the gang waits (R9.6).
+  the JobSet was suspended or, failing that, by the first eviction Kueue records while
+  the JobSet stays suspended (Kueue evicts, then suspends, but its write and the job
+  controller's may land in either order within `watch_skew`). The eviction is classified
+  by the Workload as it stood then, inactivity first (R9.8). Until then the gang waits (R9.6).
 
 A decision is taken only once no record still in flight can change it: the Workload must
-be known past the instant the decision reads it at, and a Workload fact dated after the
-suspension (an eviction, a deletion) counts only once the JobSet is known to have stayed
-suspended until then. So an ending (Ended/Completed with its code, retry, reason and `at`)
-is the same in every arrival order; it is final, emitted once, never revised. Only
-non-final steps (Running while awaiting the eviction, WaitingForReadmission) may be
-emitted in some orders and not others. The waits are short in practice because both
-objects keep changing while a gang stops: the JobSet controller records its Jobs
-suspended, Kueue releases the quota once they have stopped, and readmits before it
-unsuspends.
+be known past the instant the decision reads it at — a record carrying a later time of
+Kueue's has been read (watch order), or the k8s.workloads watermark passed it — and a
+Workload fact dated after the suspension (an eviction, a deletion) counts only once the
+JobSet is known to have stayed suspended until then (it ran again only later, or it is
+known past that time). So an ending (Ended/Completed with its code and retry) is the same
+in every arrival order; it is final, emitted once, never revised. Only non-final steps
+(Running while awaiting the eviction, WaitingForReadmission) may be emitted in some orders
+and not others. Ties at the second (both controllers' times are whole seconds) go to
+Kueue: it evicts before it suspends and admits before it resumes.
 
 One exception is unavoidable: "no Workload ever seen" (R9.7) cannot be told apart from
-"every Workload record still in flight". With no Workload, the JobSet's next observation
-after the suspension decides (R9.6's one-observation wait): still suspended ends the
-attempt (R9.7), running again goes on. The guarantee therefore covers every interleaving
-that delivers some Workload record before that next observation. Kueue creates the
-Workload with the JobSet, so only a driver letting k8s.jobs run far ahead of
-k8s.workloads (e.g. a replay from offset 0 reading the topics unevenly) falls outside it.
+"every Workload record still in flight". With no Workload, the watermark decides.
 
 Choices where SPEC is silent:
 - `at` is when the decision became knowable: the latest `observed_at` among the
   observations it rests on (e.g. JobSet seen suspended, Workload seen evicted). That is
-  the record that caused the transition in the bridge's order, whatever the arrival order.
-- `waited_seconds` on readmission = its `at` − the `at` of the wait.
-- Started (R9.3), "seen unsuspended after its Workload was admitted", is read from the
-  JobSet alone: seen suspended, then unsuspended (Kueue releases a JobSet only after
-  admitting its Workload), so Started is a fact of one stream.
+  the record that caused the transition in the bridge's order; a burst moves it (R12.7
+  lists what must not move: `from`, `to`, `code`, `retry`, `waited_seconds`).
+- `waited_seconds` on readmission: Kueue's, from its Evicted condition's time to its
+  Admitted one; without them, its `at` − the `at` of the wait.
+- Started (R9.3), "unsuspended while its Workload was admitted": the Workload as it stood
+  when the job's controller says it resumed.
 - The policy is read from the JobSet observation that starts the suspension (R9.2).
 - With the policy off, R9.6 waits for the Workload too (setting
   `await_eviction_with_policy_off`, default on): ending at once would make one preemption
@@ -130,6 +131,9 @@ class JobSetView(msgspec.Struct, frozen=True, gc=False):
     await_eviction: bool = True  # R9.6: wait for Kueue's eviction record (see Rules)
     end: JobSetEnd | None = None
     deleted: bool = False
+    # R12.7: when its own controller says this state began (its Suspended condition, or its
+    # terminal one), capped by `observed_at`; None where it says nothing (yet).
+    since: Timestamp | None = None
 
 
 class WorkloadView(msgspec.Struct, frozen=True, gc=False):
@@ -146,13 +150,18 @@ class WorkloadView(msgspec.Struct, frozen=True, gc=False):
     replaced: bool = False  # R15.1: an elastic job's slice replaced by a newer Workload
     counts: kueue.EvictionCounts = ()  # v1beta2 schedulingStats: evictions by reason and cause
     requeues: int | None = None  # requeueState.count, where that is all Kueue counts (v1beta1)
+    # R12.7: when this state began by Kueue's clock: the new time its record carried (a
+    # condition's lastTransitionTime, capped by `observed_at`), else `observed_at` (a change
+    # Kueue wrote no time for, e.g. `spec.active` set false on a Workload already evicted).
+    at: Timestamp | None = None
 
     @property
-    def evictions(self) -> int | None:
-        """How many evictions Kueue has counted for it (None: it counts none)."""
+    def evictions(self) -> int:
+        """How many evictions Kueue has counted for it. SPEC R15.7: absent is 0, as Kueue
+        writes its counts only after a first eviction."""
         if self.counts:
             return sum(n for _, _, n in self.counts)
-        return self.requeues
+        return self.requeues or 0
 
     @property
     def deactivated(self) -> bool:
@@ -180,6 +189,9 @@ class JobSetTrack(msgspec.Struct, frozen=True, gc=False):
     tracked: ObjectRef | None = None
     kind: str = JOBSET_KIND  # the observed job's kind
     uid: str = ""  # the observed job's uid ("": the gang's)
+    # R12.7: the latest time any of its records carried (its conditions'): every change of
+    # the job made before it has been read.
+    clock: Timestamp | None = None
 
     @property
     def requeued(self) -> bool:
@@ -194,73 +206,101 @@ class WorkloadTrack(msgspec.Struct, frozen=True, gc=False):
     created: Timestamp | None
     last_seen: Timestamp
     views: tuple[WorkloadView, ...] = ()  # consecutive identical views kept once
+    # R12.7: the latest time Kueue wrote on it in any record read: every change made before
+    # it has been read (a record's own times, not when a burst delivered it).
+    clock: Timestamp | None = None
+
+    def known_through(self, t: datetime) -> bool:
+        """No record still in flight can show this Workload as it stood at `t`: it is gone,
+        or a record carrying a later time of Kueue's has been read (watch order)."""
+        return self.views[-1].deleted or (self.clock is not None and self.clock > t)
+
+
+class WorkloadTimeline(NamedTuple):
+    """A Workload's views with the time each state began (R12.7): the time its record
+    carried, never later than any later state's (a change Kueue wrote no time for happened
+    before the next one it did). A function of the Workload's own records in watch order,
+    so the same whichever way its records and the job's interleave."""
+
+    track: WorkloadTrack
+    times: list[datetime]
+
+    @classmethod
+    def of(cls, track: WorkloadTrack) -> WorkloadTimeline:
+        times = [v.at or v.observed_at for v in track.views]
+        for k in range(len(times) - 2, -1, -1):
+            times[k] = min(times[k], times[k + 1])
+        return cls(track, times)
+
+    @property
+    def views(self) -> tuple[WorkloadView, ...]:
+        return self.track.views
 
     @property
     def deleted_at(self) -> datetime | None:
-        last = self.views[-1]
-        return last.observed_at if last.deleted else None
-
-    def known_after(self, t: datetime) -> bool:
-        """No record still in flight can show this Workload as it stood at `t`."""
-        return self.views[-1].deleted or self.last_seen > t
+        return self.times[-1] if self.views[-1].deleted else None
 
     def index_as_of(self, t: datetime, start: int = 0, stop: int | None = None) -> int | None:
         found = None
         for k in range(start, len(self.views) if stop is None else stop):
-            if self.views[k].observed_at > t:
+            if self.times[k] > t:
                 break
             found = k
         return found
 
     def episode(self, k: int) -> tuple[int, int]:
         """[first, end) of the run of views showing the same eviction as view k."""
-        same = self.views[k].eviction
+        views = self.views
+        same = views[k].eviction
         first = k
-        while first > 0 and _same_eviction(self.views[first - 1], same):
+        while first > 0 and _same_eviction(views[first - 1], same):
             first -= 1
         end = k + 1
-        while end < len(self.views) and _same_eviction(self.views[end], same):
+        while end < len(views) and _same_eviction(views[end], same):
             end += 1
         return first, end
 
     def eviction_for(self, since: datetime, until: datetime | None, deadline: datetime) -> tuple[int, int] | None:
-        """The eviction explaining a suspension seen at `since`: in force then, or the first
-        recorded by `deadline` (R9.6) while the JobSet had not run again (at `until`)."""
+        """The eviction explaining a suspension that began at `since`: in force then, or the
+        first recorded by `deadline` (R9.6) before the job ran again (at `until`)."""
+        views = self.views
         now = self.index_as_of(since)
-        if now is not None and self.views[now].eviction is not None and not self.views[now].deleted:
+        if now is not None and views[now].eviction is not None and not views[now].deleted:
             return self.episode(now)
-        for k in range(0 if now is None else now + 1, len(self.views)):
-            view = self.views[k]
-            if view.deleted or view.observed_at > deadline or (until is not None and view.observed_at >= until):
+        for k in range(0 if now is None else now + 1, len(views)):
+            at = self.times[k]
+            if views[k].deleted or at > deadline or (until is not None and at >= until):
                 return None
-            if view.eviction is not None:
+            if views[k].eviction is not None:
                 return self.episode(k)
         return None
 
-    def hidden_evictions(self, after: datetime, until: datetime | None) -> list[tuple[datetime, str, str]]:
+    def hidden_evictions(self, after: datetime, until: datetime | None) -> list[tuple[int, str, str]]:
         """Evictions Kueue counted between two observations of the Workload that neither
         shows (both without `Evicted=True`: evicted and readmitted while faultline was not
-        watching, issue 29), seen in (`after`, `until`]: (when it was known, reason, cause)."""
+        watching, SPEC R15.7), whose later observation's state began in (`after`,
+        `until`]: (that view's index, reason, cause)."""
         found = []
-        for k in range(1, len(self.views)):
-            prev, cur = self.views[k - 1], self.views[k]
-            if cur.observed_at <= after or (until is not None and cur.observed_at > until):
+        views = self.views
+        for k in range(1, len(views)):
+            prev, cur = views[k - 1], views[k]
+            if self.times[k] <= after or (until is not None and self.times[k] > until):
                 continue
             if prev.deleted or cur.deleted or prev.eviction is not None or cur.eviction is not None:
                 continue
-            before, now = prev.evictions, cur.evictions
-            if before is None or now is None or now <= before:
+            if cur.evictions <= prev.evictions:
                 continue
             reason, cause = kueue.grown(cur.counts, prev.counts) or ("", "")
-            found.append((cur.observed_at, reason, cause))
+            found.append((k, reason, cause))
         return found
 
     def exit_after(self, k: int, requeued: bool = False) -> int | None:
         """While waiting (R9.8, R9.7, R9.9): first view after k that is gone, deactivated or
         readmitted. `requeued` (R15.3): any inactive Workload ends the wait, and a deleted
         one does not (Kueue makes another while its job is there)."""
-        for j in range(k + 1, len(self.views)):
-            view = self.views[j]
+        views = self.views
+        for j in range(k + 1, len(views)):
+            view = views[j]
             if view.readmitted:
                 return j
             if requeued and not view.deleted and not view.active:
@@ -290,8 +330,11 @@ class Status(msgspec.Struct, frozen=True, gc=False):
     retry: Retry | None = None
     cause: EvictionCause | None = None
     waited_seconds: float | None = None
-    workload: PodRef | None = None  # the Workload as it stood at `at`
-    reconstructed: bool = False  # from Kueue's eviction counts, not seen (issue 29)
+    workload: PodRef | None = None  # the Workload as it stood at `when`
+    reconstructed: bool = False  # from Kueue's eviction counts, not seen (R15.7)
+    # R12.7: when it happened by the objects' own clocks, which `decide` orders by (`at`
+    # says when the bridge could know it); the Workload is named as it stood then.
+    when: Timestamp | None = None
 
     def same_as(self, other: Status) -> bool:
         return (self.state, self.reason, self.code, self.retry) == (other.state, other.reason, other.code, other.retry)
@@ -521,15 +564,20 @@ def resume_after_preemption(jobset: Job, rules: Rules) -> bool:
 
 
 def _jobset_view(record: GangInput, jobset: Job, rules: Rules, trim: Trim) -> JobSetView:
+    observed_at = record.observed_at
     if record.change == "DELETED":
-        return JobSetView(record.observed_at, deleted=True)
+        return JobSetView(observed_at, deleted=True)
+    suspended = is_suspended(jobset)
+    end = _trimmed_end(kueue_jobs.end_of(jobset), trim)
+    since = kueue_jobs.end_since(jobset) if end is not None else kueue_jobs.suspension_since(jobset, suspended)
     return JobSetView(
-        record.observed_at,
-        suspended=is_suspended(jobset),
+        observed_at,
+        suspended=suspended,
         running=kueue_jobs.has_started(jobset),
         resume=resume_after_preemption(jobset, rules),
         await_eviction=rules.await_eviction_with_policy_off,
-        end=_trimmed_end(kueue_jobs.end_of(jobset), trim),
+        end=end,
+        since=_capped(since, observed_at),
     )
 
 
@@ -545,12 +593,17 @@ def _capped(at: datetime | None, observed_at: datetime) -> datetime | None:
     return min(at, observed_at) if at is not None else None
 
 
-def _workload_view(record: GangInput, workload: Workload, trim: Trim, before: WorkloadView | None) -> WorkloadView:
-    """The Workload as R9 and R15 read it; `before`: its previous view, which tells which
-    of Kueue's eviction counts grew (the eviction's underlying cause, R15.2)."""
-    if record.change == "DELETED":
-        return WorkloadView(record.observed_at, deleted=True)
+def _workload_view(record: GangInput, workload: Workload, trim: Trim, before: WorkloadTrack | None) -> WorkloadView:
+    """The Workload as R9 and R15 read it; `before`: what was known of it, which tells
+    which of Kueue's eviction counts grew (the eviction's underlying cause, R15.2) and
+    whether this record carried a time of Kueue's that no earlier one did (R12.7)."""
     observed_at = record.observed_at
+    clock = before.clock if before is not None else None
+    stamp = _capped(kueue.clock_of(workload), observed_at)
+    at = stamp if stamp is not None and (clock is None or stamp > clock) else observed_at
+    if record.change == "DELETED":
+        deleting = _capped(workload.metadata.deletion_timestamp, observed_at)  # a finalizer held it
+        return WorkloadView(observed_at, deleted=True, at=deleting or observed_at)
     counts = tuple((trim.token(r), trim.token(c), n) for r, c, n in kueue.eviction_counts(workload))
     eviction = kueue.eviction_of(workload)
     if eviction is not None:
@@ -560,7 +613,7 @@ def _workload_view(record: GangInput, workload: Workload, trim: Trim, before: Wo
             trim.message(eviction.message),
             trim.token(eviction.detail),
             _capped(eviction.since, observed_at),
-            kueue.underlying_cause(reason, counts, before.counts if before is not None else ()),
+            kueue.underlying_cause(reason, counts, before.views[-1].counts if before is not None else ()),
         )
     return WorkloadView(
         observed_at,
@@ -571,6 +624,7 @@ def _workload_view(record: GangInput, workload: Workload, trim: Trim, before: Wo
         replaced=kueue.is_replaced(workload),
         counts=counts,
         requeues=kueue.requeues_of(workload),
+        at=at,
     )
 
 
@@ -608,6 +662,7 @@ def _add_jobset(track: JobSetTrack | None, record: GangInput, jobset: Job, rules
     keys = rules.labels
     views = _compact(track.views if track is not None else (), _jobset_view(record, jobset, rules, trim))
     key, identity, tracked = _gang_attempt(record.cluster, jobset, rules, trim)
+    clock = _later(track.clock if track is not None else None, _capped(kueue_jobs.clock_of(jobset), record.observed_at))
     return JobSetTrack(
         key=key,
         identity=identity,
@@ -621,6 +676,7 @@ def _add_jobset(track: JobSetTrack | None, record: GangInput, jobset: Job, rules
         attempt=labels.get(keys.attempt),
         queue=labels.get(QUEUE_LABEL),
         views=views,
+        clock=clock,
     )
 
 
@@ -633,22 +689,31 @@ def _compact(views: tuple[JobSetView, ...], view: JobSetView) -> tuple[JobSetVie
 
 
 def _same_view(old: JobSetView | WorkloadView, new: JobSetView | WorkloadView) -> bool:
+    """The same state (when it was seen and when it began aside): the first is kept."""
+    if isinstance(old, WorkloadView):
+        old = msgspec.structs.replace(old, at=new.at)  # type: ignore[union-attr]
     return msgspec.structs.replace(old, observed_at=new.observed_at) == new
+
+
+def _later(a: datetime | None, b: datetime | None) -> datetime | None:
+    return b if a is None else a if b is None else max(a, b)
 
 
 def _add_workload(tracks: tuple[WorkloadTrack, ...], record: GangInput, workload: Workload, trim: Trim) -> tuple[WorkloadTrack, ...]:
     meta = workload.metadata
+    stamp = _capped(kueue.clock_of(workload), record.observed_at)
     for i, track in enumerate(tracks):
         if track.uid == meta.uid:
-            view = _workload_view(record, workload, trim, track.views[-1])
+            view = _workload_view(record, workload, trim, track)
             updated = msgspec.structs.replace(
                 track,
                 last_seen=max(track.last_seen, view.observed_at),
                 views=track.views if _same_view(track.views[-1], view) else track.views + (view,),
+                clock=_later(track.clock, stamp),
             )
             return tracks[:i] + (updated,) + tracks[i + 1 :]
     view = _workload_view(record, workload, trim, None)
-    new = WorkloadTrack(meta.name, meta.uid, meta.creation_timestamp, record.observed_at, (view,))
+    new = WorkloadTrack(meta.name, meta.uid, meta.creation_timestamp, record.observed_at, (view,), clock=stamp)
     return tracks + (new,)
 
 
@@ -680,79 +745,117 @@ class Horizon(NamedTuple):
 
 
 class _Known(NamedTuple):
-    """The JobSet's Workload (the newest, R9.1; None if none was seen) and how far it is known."""
+    """The JobSet's Workload (the newest, R9.1; None if none was seen) on its own clock, and
+    how far it is known."""
 
-    track: WorkloadTrack | None
+    timeline: WorkloadTimeline | None
     horizon: datetime | None
 
+    @classmethod
+    def of(cls, track: WorkloadTrack | None, horizon: datetime | None) -> _Known:
+        return cls(WorkloadTimeline.of(track) if track is not None else None, horizon)
+
     def through(self, t: datetime) -> bool:
-        """R12.4: the Workload as it stood at `t` is known: its own later record, or the
-        k8s.workloads watermark past `t`."""
+        """R12.4, R12.7: the Workload as it stood at `t` is known: a record carrying a later
+        time of Kueue's has been read, or the k8s.workloads watermark passed `t`."""
         if self.horizon is not None and self.horizon > t:
             return True
-        return self.track is not None and self.track.known_after(t)
+        return self.timeline is not None and self.timeline.track.known_through(t)
 
     def ref_at(self, t: datetime) -> PodRef | None:
         """The Workload that existed at `t`, if one did."""
         view = self.view_at(t)
-        if self.track is None or view is None or view.deleted:
+        if self.timeline is None or view is None or view.deleted:
             return None
-        return PodRef(name=self.track.name, uid=self.track.uid)
+        return PodRef(name=self.timeline.track.name, uid=self.timeline.track.uid)
 
     def view_at(self, t: datetime) -> WorkloadView | None:
         """The Workload as it stood at `t` (None: not there, or not seen yet)."""
-        if self.track is None:
+        if self.timeline is None:
             return None
-        k = self.track.index_as_of(t)
-        return self.track.views[k] if k is not None else None
+        k = self.timeline.index_as_of(t)
+        return self.timeline.views[k] if k is not None else None
+
+
+def _phase(view: JobSetView) -> str:
+    return "deleted" if view.deleted else "ended" if view.end is not None else "suspended" if view.suspended else "running"
+
+
+def job_times(views: tuple[JobSetView, ...]) -> list[datetime]:
+    """R12.7: when each view's state (suspended, running, ended, deleted) began by the job's
+    own clock: for each run of views in one state, the time its controller wrote for that
+    state where a view of the run carries one (`since`), never after the run was first
+    seen; else when it was first seen. A function of the job's own records in watch order."""
+    times: list[datetime] = []
+    before: datetime | None = None
+    i = 0
+    while i < len(views):
+        phase = _phase(views[i])
+        j = i + 1
+        while j < len(views) and _phase(views[j]) == phase:
+            j += 1
+        carried = next((v.since for v in views[i:j] if v.since is not None and (before is None or v.since > before)), None)
+        began = views[i].observed_at if carried is None else min(carried, views[i].observed_at)
+        began = began if before is None else max(began, before)
+        times += [began] * (j - i)
+        before = began
+        i = j
+    return times
 
 
 def decide(state: GangStateData, horizon: Horizon, skew: timedelta) -> tuple[list[Status], bool]:
     """Every state the gang has passed through that the observations settle (from
     Pending on, not included), replaying the JobSet's views in order, and whether the
-    rest is blocked until progress shows more (R12.4). A step is listed only once no
+    rest is blocked until progress shows more (R12.4). The job's views and the Workload's
+    are set side by side by the times the objects carry (R12.7: `job_times`,
+    `WorkloadTimeline`), never by when a record arrived. A step is listed only once no
     record still in flight can change it, so the list only grows: the transitions are
     the same, in the same order, whatever order the records and progress arrive in."""
     if state.jobset is None:
         return [], False  # Workload records held until their JobSet is known (R9.1)
-    views = state.jobset.views
-    requeued = state.jobset.requeued
-    workload = _Known(newest_workload(state.workloads), horizon.workloads)
+    track = state.jobset
+    views = track.views
+    times = job_times(views)
+    requeued = track.requeued
+    workload = _Known.of(newest_workload(state.workloads), horizon.workloads)
     steps: list[Status] = []
     started = False
     i = 0
     while i < len(views):
-        view = views[i]
+        view, began = views[i], times[i]
         if view.deleted:
             if requeued and started:  # R15.3: nobody deletes it but its user: it ends here
-                return steps, not _step(steps, Status("Ended", DELETED, view.observed_at, code=WORKLOAD_DELETED), workload)
+                return steps, not _step(steps, Status("Ended", DELETED, view.observed_at, code=WORKLOAD_DELETED, when=began), workload)
             return steps, False
         if view.end is not None:
-            return steps, not _step(steps, _jobset_ended(view.end, view.observed_at, state.jobset.kind), workload)  # R9.10
+            ended = msgspec.structs.replace(_jobset_ended(view.end, view.observed_at, track.kind), when=began)
+            return steps, not _step(steps, ended, workload)  # R9.10
         if not started and not view.running and not view.suspended:
             # R9.3: resumed while its Workload, as it stood then, was admitted.
-            if not workload.through(view.observed_at):
+            if not workload.through(began):
                 return steps, True
-            admitted = workload.view_at(view.observed_at)
+            admitted = workload.view_at(began)
             started = admitted is not None and admitted.readmitted
         started = started or view.running
         if not started:
             i += 1
         elif not view.suspended:
-            if not steps and not _step(steps, Status("Running", RUNNING, view.observed_at), workload):
+            if not steps and not _step(steps, Status("Running", RUNNING, view.observed_at, when=began), workload):
                 return steps, True
-            # Evictions Kueue counted while it ran, that no observation showed (issue 29).
-            until = views[i + 1].observed_at if i + 1 < len(views) else horizon.jobs
-            if workload.track is not None and until is not None:
-                for at, reason, cause in workload.track.hidden_evictions(view.observed_at, until):
-                    for status in _reconstructed(at, reason, cause):
+            # Evictions Kueue counted while it ran, that no observation showed (R15.7).
+            until = times[i + 1] if i + 1 < len(views) else _later(horizon.jobs, track.clock)
+            if workload.timeline is not None and until is not None:
+                timeline = workload.timeline
+                for k, reason, cause in timeline.hidden_evictions(began, until):
+                    for status in _reconstructed(timeline.views[k].observed_at, timeline.times[k], reason, cause):
                         if not _step(steps, status, workload):
                             return steps, True
             i += 1
         else:
             end = _end_of_suspension(views, i)
-            after = views[end] if end < len(views) else None
-            kind, taken = _suspension(views[i:end], after, workload, horizon.jobs, skew, requeued)
+            after = _After(views[end], times[end]) if end < len(views) else None
+            run = _Run(views[i:end], began, _later(horizon.jobs, track.clock))
+            kind, taken = _suspension(run, after, workload, skew, requeued)
             for status in taken:
                 if not _step(steps, status, workload):
                     return steps, True
@@ -764,13 +867,14 @@ def decide(state: GangStateData, horizon: Horizon, skew: timedelta) -> tuple[lis
 
 def _step(steps: list[Status], status: Status, workload: _Known) -> bool:
     """Take a step — a change of state, reason, code or retry; the same status again is
-    none — naming the Workload as it stood then (R9.11), so it waits until that is known
-    (R12.4). False: not yet."""
+    none — naming the Workload as it stood when it happened (R9.11), so it waits until
+    that is known (R12.4). False: not yet."""
     if steps and steps[-1].same_as(status):
         return True
-    if not workload.through(status.at):
+    when = status.when if status.when is not None else status.at
+    if not workload.through(when):
         return False
-    steps.append(msgspec.structs.replace(status, workload=workload.ref_at(status.at)))
+    steps.append(msgspec.structs.replace(status, workload=workload.ref_at(when)))
     return True
 
 
@@ -781,117 +885,140 @@ def _end_of_suspension(views: tuple[JobSetView, ...], i: int) -> int:
     return end
 
 
-def _suspension(
-    run: tuple[JobSetView, ...],
-    after: JobSetView | None,
-    workload: _Known,
-    jobs: datetime | None,
-    skew: timedelta,
-    requeued: bool = False,
-) -> Step:
-    """R9.4–R9.9 for one suspension of a started JobSet: `run` are its suspended views,
-    `after` the view that ended the suspension (running again, ended or deleted), if any;
-    `jobs` the k8s.jobs watermark. Returns how it stands and the steps it settled.
-    `requeued` (R15, a workload attempt): any eviction is waited out, and a suspension
-    Kueue recorded no eviction for is its user's (`Suspended`), never an ending."""
-    since = run[0].observed_at
-    until = after.observed_at if after is not None else None
+class _Run(NamedTuple):
+    """One suspension of a started job: its views, when it began by the job's clock, and
+    how far the job is known (the k8s.jobs watermark, or the latest time the job wrote)."""
+
+    views: tuple[JobSetView, ...]
+    began: datetime
+    known: datetime | None
+
+
+class _After(NamedTuple):
+    """The view that ended a suspension (running again, ended or deleted), and when that began."""
+
+    view: JobSetView
+    began: datetime
+
+
+def _suspension(run: _Run, after: _After | None, workload: _Known, skew: timedelta, requeued: bool = False) -> Step:
+    """R9.4–R9.9 for one suspension of a started JobSet. Returns how it stands and the
+    steps it settled. `requeued` (R15, a workload attempt): any eviction is waited out, and
+    a suspension Kueue recorded no eviction for is its user's (`Suspended`), never an
+    ending. Kueue's eviction and the job's suspension are set side by side by their own
+    times (R12.7); `at` of each step is still when the bridge could know it."""
+    first = run.views[0]
+    since, until = run.began, after.began if after is not None else None
     deadline = since + skew  # R9.6: Kueue's eviction record may lag the JobSet's by this much
+    seen_since = first.observed_at
+    seen_deadline = seen_since + skew
 
     def suspended_through(t: datetime) -> bool:
-        """The JobSet is known to have stayed suspended until `t` (R12.4)."""
-        if t <= run[-1].observed_at or (until is not None and t < until):
-            return True
-        return until is None and jobs is not None and jobs > t
+        """The job is known to have stayed suspended until `t` (R12.4): it ran again only
+        after `t`, or, not running again yet, it is known past `t`."""
+        if until is not None:
+            return t < until
+        return run.known is not None and run.known > t
 
-    track = workload.track
-    if track is not None and workload.through(since):
+    timeline = workload.timeline
+    if timeline is not None and workload.through(since):
         at_since = workload.view_at(since)
         if at_since is not None and at_since.deactivated:  # R9.8 before anything else
-            return "final", [_evicted(kueue.classify_eviction(at_since.eviction, at_since.active), since)]
-    episode = track.eviction_for(since, until, deadline) if track is not None else None
-    if episode is not None and track is not None:
-        first, end = episode
-        seen = track.views[first].observed_at
-        if not suspended_through(seen):
+            return "final", [_evicted(kueue.classify_eviction(at_since.eviction, at_since.active), seen_since, since)]
+    episode = timeline.eviction_for(since, until, deadline) if timeline is not None else None
+    if episode is not None and timeline is not None:
+        first_k, end_k = episode
+        evicted_at = timeline.times[first_k]
+        if not suspended_through(evicted_at):
             return "blocked", []  # the JobSet may have run again before this eviction
-        decided = max(since, seen)
-        k = track.index_as_of(decided, first, end)
-        assert k is not None  # views[first] was seen by `decided`
-        view = track.views[k]
+        when = max(since, evicted_at)
+        seen = max(seen_since, timeline.views[first_k].observed_at)
+        k = timeline.index_as_of(when, first_k, end_k)
+        assert k is not None  # views[first_k] began by `when`
+        view = timeline.views[k]
         evicted = kueue.classify_eviction(view.eviction, view.active)
         assert evicted is not None  # the view shows the eviction
         if requeued and view.active:
-            return _wait(track, k, evicted, decided, after, requeued)  # R15.2: requeued, it waits
-        if evicted.is_preemption and run[0].resume:
-            return _wait(track, k, evicted, decided, after)  # R9.4 policy on
-        if not workload.through(decided):
+            return _wait(timeline, k, evicted, seen, when, after, requeued)  # R15.2: requeued, it waits
+        if evicted.is_preemption and first.resume:
+            return _wait(timeline, k, evicted, seen, when, after)  # R9.4 policy on
+        if not workload.through(when):
             return "blocked", []  # a Workload record in flight could still reclassify it
-        return "final", [_evicted(evicted, decided)]  # R9.4 policy off, R9.5
-    gone = track.deleted_at if track is not None else None
-    if not requeued and gone is not None and gone <= deadline and suspended_through(gone):
-        return "final", [_evicted(None, max(since, gone))]  # R9.7: deleted while suspended
-    if not requeued and not run[0].resume and not run[0].await_eviction:
-        return "final", [_evicted(None, since)]  # R9.6, policy off without the wait (Flyte's)
+        return "final", [_evicted(evicted, seen, when)]  # R9.4 policy off, R9.5
+    gone = timeline.deleted_at if timeline is not None else None
+    if not requeued and timeline is not None and gone is not None and gone <= deadline and suspended_through(gone):
+        return "final", [_evicted(None, max(seen_since, timeline.views[-1].observed_at), max(since, gone))]  # R9.7
+    if not requeued and not first.resume and not first.await_eviction:
+        return "final", [_evicted(None, seen_since, since)]  # R9.6, policy off without the wait (Flyte's)
     if until is not None and until <= deadline:
         # Running again before Kueue could have recorded an eviction: nothing evicted it.
         return ("resumed", []) if workload.through(until) else ("blocked", [])
     if suspended_through(deadline) and workload.through(deadline):
         if requeued:  # R15.5: Kueue recorded no eviction: its user's suspension, not an end
-            return _held(deadline, after)
-        return "final", [_evicted(None, deadline)]  # R9.6, R9.7: no eviction, or no Workload, recorded in time
+            return _held(seen_deadline, deadline, after)
+        return "final", [_evicted(None, seen_deadline, deadline)]  # R9.6, R9.7: no eviction, or no Workload, recorded in time
     return "blocked", []
 
 
-def _held(at: datetime, after: JobSetView | None) -> Step:
+def _held(at: datetime, when: datetime, after: _After | None) -> Step:
     """R15.5: `Suspended` (known at `at`), until the job runs again (`Running`), ends or is
     deleted (the caller goes on with that view)."""
-    held = Status("Suspended", HELD, at)
+    held = Status("Suspended", HELD, at, when=when)
     if after is None:
         return "waiting", [held]
-    if after.suspended or after.end is not None or after.deleted:
+    view = after.view
+    if view.suspended or view.end is not None or view.deleted:
         return "resumed", [held]
-    return "resumed", [held, Status("Running", RESUMED, max(at, after.observed_at))]
+    return "resumed", [held, Status("Running", RESUMED, max(at, view.observed_at), when=max(when, after.began))]
 
 
 def _wait(
-    workload: WorkloadTrack, k: int, evicted: kueue.Classified, began: datetime, after: JobSetView | None, requeued: bool = False
+    timeline: WorkloadTimeline,
+    k: int,
+    evicted: kueue.Classified,
+    began: datetime,
+    when: datetime,
+    after: _After | None,
+    requeued: bool = False,
 ) -> Step:
     """WaitingForReadmission, until the Workload is deactivated (R9.8, R15.3), deleted
     (R9.7; under R15 Kueue makes another: the wait goes on) or readmitted with the job
     running again (R9.9). The wait's length is Kueue's: from the eviction to the
     readmission by the Workload's own condition times, each capped by when it was seen
-    (issue 29: a restart of faultline during the wait does not lengthen it)."""
-    waiting = Status("WaitingForReadmission", kueue.waiting_reason(evicted), began, cause=_cause(evicted))
-    j = workload.exit_after(k, requeued)
+    (a restart of faultline during the wait does not lengthen it)."""
+    waiting = Status("WaitingForReadmission", kueue.waiting_reason(evicted), began, cause=_cause(evicted), when=when)
+    j = timeline.exit_after(k, requeued)
+    view = after.view if after is not None else None
     if j is None:
-        if requeued and after is not None and (after.end is not None or after.deleted):
+        if requeued and view is not None and (view.end is not None or view.deleted):
             return "resumed", [waiting]  # R15.3: it ended or was deleted while waiting: the caller goes on there
         return "waiting", [waiting]
-    exit_ = workload.views[j]
+    exit_ = timeline.views[j]
     at = max(began, exit_.observed_at)
+    exit_when = max(when, timeline.times[j])
     if exit_.deleted:
-        return "final", [waiting, _evicted(None, at)]
+        return "final", [waiting, _evicted(None, at, exit_when)]
     if exit_.deactivated or (requeued and not exit_.active):
-        return "final", [waiting, _evicted(kueue.classify_eviction(exit_.eviction, exit_.active), at)]
-    if after is None:
+        return "final", [waiting, _evicted(kueue.classify_eviction(exit_.eviction, exit_.active), at, exit_when)]
+    if after is None or view is None:
         return "waiting", [waiting]  # Evicted False but the JobSet is still suspended
-    if after.suspended or after.end is not None or after.deleted:
+    if view.suspended or view.end is not None or view.deleted:
         return "resumed", [waiting]
-    resumed = max(exit_.observed_at, after.observed_at)
-    evicted_at = workload.views[k].eviction.since if workload.views[k].eviction is not None else None
+    resumed = max(exit_.observed_at, view.observed_at)
+    evicted_at = timeline.views[k].eviction.since if timeline.views[k].eviction is not None else None
     waited = _waited(evicted_at, exit_.admitted_at) or (resumed - began).total_seconds()
-    return "resumed", [waiting, Status("Running", READMITTED, resumed, waited_seconds=waited)]
+    back = Status("Running", READMITTED, resumed, waited_seconds=waited, when=max(exit_when, after.began))
+    return "resumed", [waiting, back]
 
 
-def _reconstructed(at: datetime, reason: str, cause: str) -> list[Status]:
-    """An eviction and readmission faultline did not see, from Kueue's counts: the wait,
-    and the gang running again, both at the observation that showed the count grown."""
+def _reconstructed(at: datetime, when: datetime, reason: str, cause: str) -> list[Status]:
+    """An eviction and readmission faultline did not see, from Kueue's counts (R15.7): the
+    wait, and the gang running again, both at the observation that showed the count grown."""
     counted = kueue.Classified(reason or "Requeued", "", "", "system", cause)
     text = f"{kueue.summary(counted)}; reconstructed from kueue's eviction counts: it was evicted and readmitted while faultline did not see the workload"
     return [
-        Status("WaitingForReadmission", text, at, cause=_cause(counted), reconstructed=True),
-        Status("Running", f"{READMITTED} (reconstructed from kueue's eviction counts)", at, reconstructed=True),
+        Status("WaitingForReadmission", text, at, cause=_cause(counted), reconstructed=True, when=when),
+        Status("Running", f"{READMITTED} (reconstructed from kueue's eviction counts)", at, reconstructed=True, when=when),
     ]
 
 
@@ -902,10 +1029,10 @@ def _waited(evicted_at: datetime | None, admitted_at: datetime | None) -> float 
     return (admitted_at - evicted_at).total_seconds()
 
 
-def _evicted(evicted: kueue.Classified | None, at: datetime) -> Status:
+def _evicted(evicted: kueue.Classified | None, at: datetime, when: datetime) -> Status:
     """R9.4–R9.7: the attempt ends; no Workload or no eviction recorded is a system retry."""
     retry: Retry = evicted.retry if evicted is not None else "system"
-    return Status("Ended", kueue.ending_reason(evicted), at, code=GANG_EVICTED, retry=retry, cause=_cause(evicted))
+    return Status("Ended", kueue.ending_reason(evicted), at, code=GANG_EVICTED, retry=retry, cause=_cause(evicted), when=when)
 
 
 def _cause(evicted: kueue.Classified | None) -> EvictionCause:

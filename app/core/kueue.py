@@ -184,6 +184,16 @@ def eviction_of(workload: Workload) -> Eviction | None:
     return Eviction(evicted.reason, evicted.message, detail, evicted.last_transition_time)
 
 
+def clock_of(workload: Workload) -> datetime | None:
+    """The latest time Kueue wrote on the Workload (its conditions' lastTransitionTimes,
+    else the API server's creationTimestamp): R12.7, the Workload's own clock."""
+    times = [c.last_transition_time for c in workload.status.conditions if c.last_transition_time is not None]
+    created = workload.metadata.creation_timestamp
+    if created is not None:
+        times.append(created)
+    return max(times) if times else None
+
+
 def is_admitted(workload: Workload) -> bool:
     return is_true(workload.status.conditions, ADMITTED)
 

@@ -7,6 +7,7 @@ the kind's API types. Pure functions over the slim `Job` view.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Final, NamedTuple
 
 from app.core import workload as w
@@ -61,6 +62,38 @@ def is_suspended(job: Job) -> bool:
     if job.spec.suspend is True:
         return True
     return job.kind == w.JOBSET and _newest_true(job.status.conditions) == SUSPENDED
+
+
+def suspension_since(job: Job, suspended: bool) -> datetime | None:
+    """R12.7: when the job's own controller says its suspension state began: the
+    lastTransitionTime of its `Suspended` condition where that condition agrees with the
+    state (True while suspended, False while running) — the JobSet controller
+    (api/jobset/v1alpha2/jobset_types.go JobSetSuspended), the Job controller (kubernetes/api
+    batch/v1/types.go JobSuspended) and the Kubeflow training-operator (common_types.go
+    JobSuspended) all write one. None when it does not agree yet (the spec changed first) or
+    the kind writes none (a RayJob)."""
+    for condition in job.status.conditions:
+        if condition.type == SUSPENDED:
+            agrees = condition.status == ("True" if suspended else "False")
+            return condition.last_transition_time if agrees else None
+    return None
+
+
+def end_since(job: Job) -> datetime | None:
+    """When the job's own ending was recorded (its terminal condition's time), if it says."""
+    end = end_of(job)
+    if end is None or job.kind == w.RAYJOB:
+        return None
+    done = {w.JOB: JOB_COMPLETE}.get(job.kind, KUBEFLOW_SUCCEEDED if job.kind in w.KUBEFLOW_KINDS else COMPLETED)
+    found = true_condition(job.status.conditions, done if end.state == COMPLETED else FAILED)
+    return found.last_transition_time if found is not None else None
+
+
+def clock_of(job: Job) -> datetime | None:
+    """The latest time the job's conditions carry: a record that shows it was written after
+    every change of the job made before then (R12.7: how far the job is known)."""
+    times = [c.last_transition_time for c in job.status.conditions if c.last_transition_time is not None]
+    return max(times) if times else None
 
 
 def has_started(job: Job) -> bool:

@@ -401,7 +401,10 @@ class GangWorld:
 
     # -- Kueue ------------------------------------------------------------------------
 
-    def create_workload(self) -> GangWorld:
+    def create_workload(self, created: datetime | None = None) -> GangWorld:
+        """Kueue creates the Workload; the API server stamps its creationTimestamp (now,
+        unless `created` says otherwise)."""
+        self.wl["metadata"]["creationTimestamp"] = k8s_time(created or self.now)
         self._workload("ADDED")
         self._wl_condition(
             "QuotaReserved",

@@ -105,8 +105,8 @@ def test_r9_1_the_newest_workload_is_used_s77() -> None:
     older = GangWorld(policy="true", workload_uid="older-uid", workload_name="jobset-run-abc-a0-1-older")
     older.create_workload().admit().evict("NodeFailures")
     world = GangWorld(policy="true", workload_uid="newer-uid", workload_name="jobset-run-abc-a0-1-newer")
-    world.wl["metadata"]["creationTimestamp"] = k8s_time(world.now + timedelta(seconds=100))
-    world.start().preempt().suspend().release_quota()
+    world.create_jobset().create_workload(created=world.now + timedelta(seconds=100))
+    world.admit().unsuspend().workers_ready().pods_ready().preempt().suspend().release_quota()
     ended = transitions(older.records + world.records)
     assert ended[-1].to == "WaitingForReadmission"
     assert ended[-1].workload is not None and ended[-1].workload.uid == "newer-uid"
