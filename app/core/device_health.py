@@ -3,7 +3,11 @@
 kubernetes/api core/v1/types.go ResourceStatus, ResourceHealth).
 
 The field has no time of its own: a device is first seen at the `observed_at` of the first
-pod record showing it so, last seen at that of the last one (the bridge's clock). The
+pod record showing it so, last seen at that of the last one (the bridge's clock) — except
+that a record showing it on a container that has terminated dates it no later than that
+container's `finishedAt`: the kubelet writes no device health after a container ended, so
+a pod first listed after it failed (a restart, a relist, a burst after an outage) keeps the
+evidence an uninterrupted watch saw (R12.7). The
 kubelet writes pod status, so this source is trusted as the API server is (R2.7): no node
 or reporter check. What was seen stands: a device shown Healthy again keeps its fault.
 """
@@ -34,11 +38,13 @@ GPU_UNHEALTHY: Final = "GpuUnhealthy"  # the failure code of an Unhealthy GPU (R
 
 
 class Shown(msgspec.Struct, frozen=True, gc=False, array_like=True):
-    """One device as one pod record shows it."""
+    """One device as one pod record shows it; `ended`: when the container showing it
+    terminated, if it has (its `finishedAt`)."""
 
     resource: str
     health: Health
     message: str
+    ended: datetime | None = None
 
 
 class DeviceSeen(msgspec.Struct, frozen=True, gc=False, array_like=True):
@@ -65,6 +71,8 @@ def devices_shown(pod: Pod, rules: Rules, trim: Trim) -> dict[str, Shown]:
     any entry shows; ties keep the first entry, in the order the kubelet wrote them."""
     shown: dict[str, Shown] = {}
     for status in pod.status.container_statuses:
+        terminated = status.state.terminated
+        ended = terminated.finished_at if terminated is not None else None
         for resource in status.allocated_resources_status:
             if not resource.resources or not is_gpu_resource(resource.name, rules):
                 continue
@@ -74,14 +82,23 @@ def devices_shown(pod: Pod, rules: Rules, trim: Trim) -> dict[str, Shown]:
                 rid = trim.token(device.resource_id)
                 known = shown.get(rid)
                 if known is None or _RANK[device.health] > _RANK[known.health]:
-                    shown[rid] = Shown(trim.token(resource.name), device.health, trim.message(device.message or ""))  # type: ignore[arg-type]
+                    shown[rid] = Shown(trim.token(resource.name), device.health, trim.message(device.message or ""), ended)  # type: ignore[arg-type]
+                elif device.health == known.health and ended is not None and (known.ended is None or ended < known.ended):
+                    shown[rid] = msgspec.structs.replace(known, ended=ended)  # shown so by a container that ended earlier
     return shown
+
+
+def _dated(shown: Shown, observed_at: datetime) -> datetime:
+    """When a record shows a device so: its `observed_at`, no later than the `finishedAt`
+    of the terminated container showing it (R14.2)."""
+    return observed_at if shown.ended is None else min(shown.ended, observed_at)
 
 
 def merged(devices: dict[str, DeviceSeen], shown: dict[str, Shown], observed_at: datetime) -> dict[str, DeviceSeen]:
     """`devices` with one pod record (observed at `observed_at`) taken in. A device's
     interval is that of its worst health: a device first Unknown, then Unhealthy, is first
-    seen when a record first showed it Unhealthy."""
+    seen when a record first showed it Unhealthy; a record showing it on a terminated
+    container dates it no later than that container's end, whichever record does so."""
     if not shown and not any(d.showing for d in devices.values()):
         return devices
     out: dict[str, DeviceSeen] = {}
@@ -91,13 +108,18 @@ def merged(devices: dict[str, DeviceSeen], shown: dict[str, Shown], observed_at:
             out[rid] = seen if not seen.showing else msgspec.structs.replace(seen, showing=False)
         elif now.health == seen.health:
             out[rid] = msgspec.structs.replace(
-                seen, last_seen=max(seen.last_seen, observed_at), message=now.message or seen.message, resource=now.resource, showing=True
+                seen,
+                first_seen=min(seen.first_seen, _dated(now, observed_at)),
+                last_seen=max(seen.last_seen, observed_at),
+                message=now.message or seen.message,
+                resource=now.resource,
+                showing=True,
             )
         else:  # worse than before: its interval starts again
-            out[rid] = DeviceSeen(now.resource, now.health, now.message, observed_at, observed_at, True)
+            out[rid] = DeviceSeen(now.resource, now.health, now.message, _dated(now, observed_at), observed_at, True)
     for rid, now in shown.items():
         if rid not in devices:
-            out[rid] = DeviceSeen(now.resource, now.health, now.message, observed_at, observed_at, True)
+            out[rid] = DeviceSeen(now.resource, now.health, now.message, _dated(now, observed_at), observed_at, True)
     return out
 
 

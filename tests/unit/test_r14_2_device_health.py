@@ -133,12 +133,32 @@ def test_r14_2_only_gpu_resources_and_dra_claims_are_read(name: str, counts: boo
 
 
 def test_r14_2_unhealthy_only_after_the_slack_explains_nothing() -> None:
-    """Shown Unhealthy first in a record observed after anchor + slack (R5.3)."""
-    p = pod("late", labels=attempt_labels(run="late14"), containers={"main": running(T0 - minutes(30))})
-    ended = updated(p, phase="Failed", containerStatuses=[{"name": "main", "state": terminated(1, T0)}])
-    records = [record(p, T0 - minutes(30), "ADDED"), record(ended, T0 + minutes(0.1)), record(with_devices(ended, unhealthy()), T0 + minutes(3))]
+    """Shown Unhealthy first, on a container still running (a sidecar), in a record
+    observed after anchor + slack (R5.3): the bridge's clock dates it, too late."""
+    p = pod("late", labels=attempt_labels(run="late14"), containers={"main": running(T0 - minutes(30)), "sidecar": running(T0 - minutes(30))})
+    statuses = [{"name": "main", "state": terminated(1, T0)}, {"name": "sidecar", **running(T0 - minutes(30))}]
+    ended = updated(p, phase="Failed", containerStatuses=statuses)
+    late = with_devices(ended, unhealthy(), container="sidecar")
+    records = [record(p, T0 - minutes(30), "ADDED"), record(ended, T0 + minutes(0.1)), record(late, T0 + minutes(3))]
     verdict = only_verdict(observed(records))
     assert (verdict.code, verdict.gpu_fault) == ("Error", None)
+
+
+def test_r14_2_first_shown_after_its_container_ended_is_dated_by_that_end() -> None:
+    """A pod first listed after it failed (a restart of `run`, a relist, a burst after an
+    outage): its terminated container still shows the GPU Unhealthy. The kubelet writes no
+    device health after a container ended, so it was Unhealthy by then: the verdict is
+    the uninterrupted watch's (R14.2, R12.7)."""
+    p = pod("relisted", labels=attempt_labels(run="relist14"), containers={"main": running(T0 - minutes(30))})
+    ended = with_devices(updated(p, phase="Failed", containerStatuses=[{"name": "main", "state": terminated(1, T0)}]), unhealthy())
+    watched = [record(p, T0 - minutes(30), "ADDED"), record(with_devices(p, unhealthy()), T0 - minutes(1)), record(ended, T0 + minutes(0.1))]
+    listed_late = [record(ended, T0 + minutes(45), "ADDED")]
+    verdicts = [only_verdict(observed(records)) for records in (watched, listed_late)]
+    assert [(v.code, v.kind) for v in verdicts] == [("GpuUnhealthy", "SYSTEM")] * 2
+    late = verdicts[1].gpu_fault
+    assert late is not None and (late.first_seen, late.last_seen) == (T0, T0 + minutes(45))
+    # A later record of a terminated container dates an interval first seen while it ran no later either.
+    assert verdicts[0].gpu_fault is not None and verdicts[0].gpu_fault.first_seen == T0 - minutes(1)
 
 
 @pytest.mark.parametrize(("xid_at", "code"), [(T0 - minutes(2), "GpuFallenOffBus"), (T0 - minutes(0.5), "GpuUnhealthy")])
