@@ -112,7 +112,8 @@ def crd_failure_of(job: Job) -> tuple[BaseFailure, datetime | None] | None:
         if failed is None and status.job_deployment_status != "Failed" and status.job_status != "FAILED":
             return None
         message = status.message or (failed.message if failed else "")
-        return BaseFailure(status.reason or "RayJobFailed", "USER", message), (failed.last_transition_time if failed else None)
+        # R5.2: its failed condition's time, else the RayJob's own endTime (R12.7: not when a burst delivered it).
+        return BaseFailure(status.reason or "RayJobFailed", "USER", message), (failed.last_transition_time if failed else status.end_time)
     failed = _true_condition(job, "Failed")
     if failed is None:
         return None

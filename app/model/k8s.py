@@ -212,6 +212,9 @@ class JobStatus(_View):
     job_deployment_status: str = ""
     reason: str = ""
     message: str = ""
+    # ray-project/kuberay ray-operator/apis/ray/v1/rayjob_types.go RayJobStatus.EndTime: when
+    # the deployment reached a terminal state (its own time for the failure, R5.2, R12.7).
+    end_time: Timestamp | None = None
     # batch/v1 Job: pods ready and pods succeeded (SPEC R15.2: started)
     ready: int | None = None
     succeeded: int = 0

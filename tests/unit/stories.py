@@ -30,6 +30,7 @@ from tests.unit.builders import (
     running,
     terminated,
     trainjob,
+    ts,
     updated,
     with_devices,
     workload_jobset,
@@ -164,7 +165,18 @@ def rayjob_user_fault(run: str = "rl-9", t0: datetime = T0) -> list[dict]:
         record(updated(rj, rayClusterName=cluster), t0 - minutes(24)),
         record(worker, t0 - minutes(20), "ADDED"),
         record(event(worker, code=13, severity="user", first=t0 - minutes(1)), t0 - minutes(1), "ADDED"),
-        record(updated(rj, rayClusterName=cluster, jobStatus="FAILED", jobDeploymentStatus="Failed", reason="AppFailed", message="Job entrypoint command failed with exit code 1"), t0),
+        record(
+            updated(
+                rj,
+                rayClusterName=cluster,
+                jobStatus="FAILED",
+                jobDeploymentStatus="Failed",
+                reason="AppFailed",
+                message="Job entrypoint command failed with exit code 1",
+                endTime=ts(t0),
+            ),
+            t0,
+        ),
     ]
 
 
