@@ -4,6 +4,8 @@ driver; the same stories under an orchestrator's labels keep R9's answers."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import msgspec
 import orjson
 import pytest
@@ -30,6 +32,7 @@ from tests.unit.gang_builders import (
     trainjob_world,
     with_eviction_counts,
 )
+from tests.unit.gang_stories import through_a_gap
 
 pytestmark = pytest.mark.usefixtures("driver")  # every rule through every driver
 
@@ -76,8 +79,7 @@ def test_r15_1_a_slice_replaced_by_a_newer_workload_is_neither_an_eviction_nor_a
     world.wl = {**orjson.loads(orjson.dumps(old))}
     world.wl["metadata"].update(name=f"jobset-{JOBSET_NAME}-9d8e7", uid="0f0e0d0c-0b0a-4909-8807-060504030201")
     world.wl["metadata"]["annotations"]["kueue.x-k8s.io/workload-slice-replacement-for"] = f"{NAMESPACE}/jobset-{JOBSET_NAME}-3f9a2"
-    world.wl["metadata"]["creationTimestamp"] = "2026-09-15T10:31:00Z"
-    world.create_workload().admit()
+    world.create_workload(created=world.now + timedelta(seconds=30)).admit()
     world.wl, new = old, world.wl
     world.evict("WorkloadSliceReplaced", "Replaced to accommodate a new workload slice")
     world._wl_condition("Finished", "True", "WorkloadSliceReplaced", "Replaced to accommodate a new workload slice")
@@ -128,8 +130,8 @@ def test_r15_2_the_reason_carries_kueues_underlying_cause() -> None:
 
 
 def test_r15_2_of_several_causes_the_one_whose_count_grew_is_named() -> None:
-    world = with_eviction_counts(bare().start(), ("NodeFailures", "TaintedNode", 1), ("NodeFailures", "NodeUnreachable", 2))
-    world._workload()
+    # Evicted three times before this attempt's records begin (counted from its first record on).
+    world = with_eviction_counts(bare(), ("NodeFailures", "TaintedNode", 1), ("NodeFailures", "NodeUnreachable", 2)).start()
     with_eviction_counts(world, ("NodeFailures", "TaintedNode", 2), ("NodeFailures", "NodeUnreachable", 2)).evict("NodeFailures")
     world.suspend().release_quota()
     assert transitions(world)[1].cause.underlying_cause == "TaintedNode"  # type: ignore[union-attr]
@@ -300,7 +302,7 @@ def test_r15_4_the_fleet_view_lists_stuck_waits_and_metrics_count_them_by_queue(
     assert fleet_summary(live.state).stuck == []
 
 
-# --- issue 29: an eviction faultline did not see, reconstructed from Kueue's counts ---------
+# --- R15.7: an eviction faultline did not see, reconstructed from Kueue's counts ------------
 
 
 def _through_a_gap(world: GangWorld) -> GangWorld:
@@ -313,7 +315,7 @@ def _through_a_gap(world: GangWorld) -> GangWorld:
     return world
 
 
-def test_issue_29_an_eviction_counted_across_a_gap_is_reported_as_reconstructed() -> None:
+def test_r15_7_an_eviction_counted_across_a_gap_is_reported_as_reconstructed() -> None:
     for labels in ({}, None):  # a workload attempt (R15) and under an orchestrator's labels (R9)
         world = with_eviction_counts(GangWorld(labels=labels, policy="true"), ("Preempted", "", 0)).start()
         _through_a_gap(world.pause(30)).pause(30).complete()
@@ -328,7 +330,25 @@ def test_issue_29_an_eviction_counted_across_a_gap_is_reported_as_reconstructed(
         assert "reconstructed from kueue's eviction counts" in got[1].reason
 
 
-def test_issue_29_counts_that_grew_with_an_eviction_seen_reconstruct_nothing() -> None:
+def test_r15_7_a_first_eviction_hidden_in_a_gap_is_reconstructed_from_no_count_to_one() -> None:
+    """Kueue writes `schedulingStats.evictions` only after a first eviction: an API server
+    down for the whole of a first preemption leaves a Workload with no count, then one.
+    Absent is 0, so it is reconstructed (it used to yield nothing), for a workload attempt
+    and under an orchestrator's labels alike."""
+    for labels in ({}, None):
+        world = through_a_gap(GangWorld(labels=labels, policy="true").start().pause(30)).pause(30).complete()
+        assert "schedulingStats" not in world.workload_records()[0]["value"]["object"]["status"]
+        got = transitions(world)
+        assert [(t.from_, t.to, t.reconstructed) for t in got] == [
+            ("Pending", "Running", False),
+            ("Running", "WaitingForReadmission", True),
+            ("WaitingForReadmission", "Running", True),
+            ("Running", "Completed", False),
+        ], labels
+        assert got[1].cause is not None and got[1].cause.reason == "Preempted" and got[2].waited_seconds is None
+
+
+def test_r15_7_counts_that_grew_with_an_eviction_seen_reconstruct_nothing() -> None:
     world = with_eviction_counts(bare(), ("Preempted", "", 0)).start()
     with_eviction_counts(world, ("Preempted", "", 1)).preempt().suspend().release_quota().readmit().unsuspend().workers_ready()
     assert not any(t.reconstructed for t in transitions(world))
