@@ -18,11 +18,9 @@ from datetime import datetime, timezone
 import msgspec
 
 from app.core.attempt import AttemptId, pod_route
-from app.core.bounds import DROPPED_GENERATIONS, restarts_seen
 from app.core.child_pods import has_succeeded, is_selected
-from app.core.clock import after
+from app.core.clock import after, hour_of
 from app.core.emit import Emit, dropped
-from app.core.fleet_fold import hour_of
 from app.core.fleet_inputs import failure_changes, gpu_time_changes
 from app.core.gpu_time import GpuTime, gpu_time_of
 from app.core.progress import Watermarks
@@ -280,3 +278,22 @@ def attempt_expires_at(state: AttemptState, rules: Rules) -> datetime | None:
     else:
         ended = all(p.deleted or p.phase in ("Succeeded", "Failed") for p in state.pods.values())
     return after(state.last_activity, rules.retention) if ended else None
+
+
+# --- R8.1 under R11.5: the generations kept per attempt ----------------------------------------
+
+DROPPED_GENERATIONS = "dropped_generations"
+
+
+def restarts_seen(seen: dict[int, datetime], last: int, restarts: int, at: datetime, rules: Rules) -> tuple[dict[int, datetime], int]:
+    """R8.1 under R11.5: `seen` (generation -> when restarts first passed it) with the
+    generations from `last` to `restarts` (exclusive) seen at `at`, keeping the latest
+    `max_generations`; and how many older generations are dropped."""
+    first = max(last, restarts - rules.max_generations)
+    seen = {g: at for g in range(first, restarts)} | seen
+    lost = first - last
+    if len(seen) > rules.max_generations:
+        oldest = sorted(seen)[-rules.max_generations]
+        lost += sum(1 for g in seen if g < oldest)
+        seen = {g: t for g, t in seen.items() if g >= oldest}
+    return seen, lost

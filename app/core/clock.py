@@ -23,7 +23,8 @@ driver (`topology.time_fault`).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
+from functools import lru_cache
 
 from app.core.rules import Rules
 from app.model.decode import BadRecord
@@ -65,3 +66,26 @@ def after(at: datetime, wait: timedelta) -> datetime | None:
         return at + wait
     except OverflowError:
         return None
+
+
+_HOUR = timedelta(hours=1)  # the fleet's unit of time
+_last_hour = (datetime.max.replace(tzinfo=timezone.utc), datetime.min.replace(tzinfo=timezone.utc))  # [start, end): none yet
+
+
+def hour_of(at: datetime) -> datetime:
+    """The start of the UTC hour holding `at`. (Times come in order, mostly in the same
+    hour: the last hour found is tried first, two comparisons instead of a new datetime.)"""
+    global _last_hour
+    start, end = _last_hour
+    if start <= at < end:
+        return start
+    if at.tzinfo is not timezone.utc:  # records' times are decoded in UTC: no conversion
+        at = at.astimezone(timezone.utc)
+    start = at.replace(minute=0, second=0, microsecond=0)
+    _last_hour = (start, start + _HOUR)
+    return start
+
+
+@lru_cache(maxsize=4096)  # the same few hours, in every key of the fleet's states and records
+def iso(at: datetime) -> str:
+    return at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -10,7 +10,7 @@ import msgspec
 
 from app.core.fault_message import ParsedMessage, parse_fault_message
 from app.core.rules import Rules
-from app.core.xid import DEFAULT_XID_TABLE, XidTable
+from app.core.xid import DEFAULT_XID_TABLE, SEVERITY_RANK, XidTable
 from app.model.k8s import Event
 
 FAULT_REASONS: Final = frozenset({"GPUXidError", "GPUSXidError"})
@@ -131,3 +131,39 @@ def is_trusted(fault: FaultEvent, pod_uid: str, pod_namespace: str, node_name: s
         return True
     # R2.5b: from the pod's node; a pod with a uid but no node yet trusts no fault event.
     return bool(node_name) and fault.reported_from == node_name
+
+
+# --- R11.5: the faults kept per pod --------------------------------------------------------
+
+DROPPED_FAULTS = "dropped_faults"
+
+
+def _earliest(faults: list[FaultEvent]) -> FaultEvent:
+    return min(faults, key=lambda f: (f.first_seen, f.event_uid))
+
+
+def kept_faults(faults: dict[str, FaultEvent], rules: Rules) -> tuple[dict[str, FaultEvent], int]:
+    """At most `max_faults_per_pod` of a pod's faults, and how many were dropped.
+
+    R6.3 takes, among the faults relevant to an anchor, the earliest of the worst
+    severity. So for each severity the earliest fault is kept, and the earliest one still
+    inside R5's window before the pod's latest fault (where the next anchor most likely
+    falls); then the latest faults fill what is left. Below the limit nothing changes."""
+    limit = rules.max_faults_per_pod
+    if len(faults) <= limit:
+        return faults, 0
+    values = list(faults.values())
+    recent = max(f.last_seen for f in values) - rules.window
+    keep: set[str] = set()
+    for severity in sorted(SEVERITY_RANK, key=SEVERITY_RANK.__getitem__, reverse=True):  # worst first
+        same = [f for f in values if f.parsed.severity == severity]
+        if same:
+            keep.add(_earliest(same).event_uid)
+            window = [f for f in same if f.last_seen >= recent]
+            if window:
+                keep.add(_earliest(window).event_uid)
+    for fault in sorted(values, key=lambda f: (f.last_seen, f.first_seen, f.event_uid), reverse=True):
+        if len(keep) >= limit:
+            break
+        keep.add(fault.event_uid)
+    return {uid: fault for uid, fault in faults.items() if uid in keep}, len(faults) - len(keep)

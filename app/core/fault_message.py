@@ -9,6 +9,7 @@ from typing import Final
 
 import msgspec
 
+from app.core.bounds import Trim
 from app.core.xid import DEFAULT_XID_TABLE, SEVERITY_RANK, XidTable
 from app.model.records import FaultKind, Severity
 
@@ -82,4 +83,18 @@ def parse_fault_message(message: str, table: XidTable = DEFAULT_XID_TABLE) -> Pa
         node=fields.get("node", ""),
         pid=_int_or_none(fields.get("pid")),
         process=fields.get("process", ""),
+    )
+
+
+def trimmed(parsed: ParsedMessage, trim: Trim) -> ParsedMessage:
+    """A fault's tokens cut to `max_token_chars` (R11.5): the reporter's words, the one
+    part of an Event kept as text."""
+    if max(len(parsed.gpu_uuid), len(parsed.pci_bus_id), len(parsed.node), len(parsed.process)) <= trim.tokens:
+        return parsed
+    return msgspec.structs.replace(
+        parsed,
+        gpu_uuid=trim.token(parsed.gpu_uuid),
+        pci_bus_id=trim.token(parsed.pci_bus_id),
+        node=trim.token(parsed.node),
+        process=trim.token(parsed.process),
     )

@@ -41,7 +41,8 @@ from functools import lru_cache
 
 import msgspec
 
-from app.core.clock import after
+from app.core.clock import after, hour_of, iso
+from app.core.fleet_inputs import queue_name
 from app.core.emit import Emit
 from app.core.kueue import PREEMPTION
 from app.core.progress import Watermarks
@@ -75,27 +76,6 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 AT_ONCE = datetime.min.replace(tzinfo=timezone.utc)  # expires at any stream time
 
 
-_HOUR = timedelta(hours=1)
-_last_hour = (datetime.max.replace(tzinfo=timezone.utc), datetime.min.replace(tzinfo=timezone.utc))  # [start, end): none yet
-
-
-def hour_of(at: datetime) -> datetime:
-    """The start of the UTC hour holding `at`. (Times come in order, mostly in the same
-    hour: the last hour found is tried first, two comparisons instead of a new datetime.)"""
-    global _last_hour
-    start, end = _last_hour
-    if start <= at < end:
-        return start
-    if at.tzinfo is not timezone.utc:  # records' times are decoded in UTC: no conversion
-        at = at.astimezone(timezone.utc)
-    start = at.replace(minute=0, second=0, microsecond=0)
-    _last_hour = (start, start + _HOUR)
-    return start
-
-
-@lru_cache(maxsize=4096)  # the same few hours, in every key of the fleet's states and records
-def iso(at: datetime) -> str:
-    return at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def fault_label(kind: str, code: int) -> str:
@@ -205,36 +185,6 @@ FleetStats = SourceStats | RateStats | FailureStats | GpuTimeStats | QueueStats
 
 
 # --- keys ------------------------------------------------------------------------------------
-
-
-def node_key(cluster: str, node: str) -> str:
-    return f"{cluster}/node/{node}"
-
-
-def gpu_key(cluster: str, node: str, gpu: str) -> str:
-    return f"{cluster}/gpu/{node}/{gpu}"
-
-
-def rate_key(cluster: str, node: str, gpu: str, hour: datetime) -> str:
-    """The fault rate of a node (gpu "") or one of its GPUs in one hour."""
-    return f"{cluster}/rate/{iso(hour)}/gpu/{node}/{gpu}" if gpu else f"{cluster}/rate/{iso(hour)}/node/{node}"
-
-
-def failures_key(cluster: str, namespace: str, hour: datetime) -> str:
-    return f"{cluster}/failures/{namespace}/{iso(hour)}"
-
-
-def gpu_time_key(cluster: str, node: str, hour: datetime) -> str:
-    return f"{cluster}/gpu-time/{node}/{iso(hour)}"
-
-
-def queue_name(t: GangTransition) -> str:
-    """The queue a gang waits in: its LocalQueue (`<namespace>/<queue>`), or the namespace."""
-    return f"{t.namespace}/{t.queue}" if t.queue else t.namespace
-
-
-def queue_key(t: GangTransition) -> str:
-    return f"{t.cluster}/queue/{queue_name(t)}"
 
 
 # --- the fold ---------------------------------------------------------------------------------

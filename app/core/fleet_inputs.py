@@ -10,12 +10,45 @@ from datetime import datetime
 import msgspec
 
 from app.core.emit import Emit
-from app.core.fleet_fold import failures_key, gpu_key, gpu_time_key, hour_of, node_key, queue_key, rate_key
+from app.core.gpu_time import UNKNOWN_NODE
+from app.core.clock import hour_of, iso
 from app.core.rules import Rules
 from app.model.facts import FLEET_INPUTS, Counted, FailureChange, FaultChange, FaultCount, GangChange, GpuTimeChange
 from app.model.records import ClassifiedFailure, GangTransition, GpuFault
 
-UNKNOWN_NODE = "unknown-node"  # a trusted fault of a pod with no node (node trust off)
+
+
+# --- where each input goes: the fleet stage's keys -----------------------------------------
+
+
+def node_key(cluster: str, node: str) -> str:
+    return f"{cluster}/node/{node}"
+
+
+def gpu_key(cluster: str, node: str, gpu: str) -> str:
+    return f"{cluster}/gpu/{node}/{gpu}"
+
+
+def rate_key(cluster: str, node: str, gpu: str, hour: datetime) -> str:
+    """The fault rate of a node (gpu "") or one of its GPUs in one hour."""
+    return f"{cluster}/rate/{iso(hour)}/gpu/{node}/{gpu}" if gpu else f"{cluster}/rate/{iso(hour)}/node/{node}"
+
+
+def failures_key(cluster: str, namespace: str, hour: datetime) -> str:
+    return f"{cluster}/failures/{namespace}/{iso(hour)}"
+
+
+def gpu_time_key(cluster: str, node: str, hour: datetime) -> str:
+    return f"{cluster}/gpu-time/{node}/{iso(hour)}"
+
+
+def queue_name(t: GangTransition) -> str:
+    """The queue a gang waits in: its LocalQueue (`<namespace>/<queue>`), or the namespace."""
+    return f"{t.namespace}/{t.queue}" if t.queue else t.namespace
+
+
+def queue_key(t: GangTransition) -> str:
+    return f"{t.cluster}/queue/{queue_name(t)}"
 
 
 def gpu_id(fault: GpuFault) -> str:

@@ -18,7 +18,8 @@ import msgspec
 
 from app.core.attempt import attempt_name
 from app.core.emit import Emit
-from app.core.fleet_fold import fault_label, hour_of
+from app.core.clock import hour_of
+from app.core.fleet_fold import fault_label
 from app.core.fleet_inputs import gpu_id
 from app.core.rules import DEFAULT_FLEET, FleetSettings
 from app.model.fleet_records import (

@@ -9,7 +9,8 @@ from datetime import datetime, timedelta
 
 import msgspec
 
-from app.core.fleet_fold import SEVERITIES, fault_label, hour_of
+from app.core.clock import hour_of
+from app.core.fleet_fold import SEVERITIES, fault_label
 from app.core.fleet_read_model import FleetState, VerdictRow, horizon, oldest_hour
 from app.core.rules import DEFAULT_FLEET, FleetSettings
 from app.model.fleet_records import (

@@ -17,11 +17,12 @@ from typing import Final
 
 import msgspec
 
-from app.core.fleet_inputs import UNKNOWN_NODE
 from app.core.relevance import anchor_of
 from app.core.rules import Rules
 from app.model.facts import NodeGpuSeconds, PodFacts
 from app.model.k8s import Pod, PodSpec
+
+UNKNOWN_NODE = "unknown-node"  # a trusted fault of a pod with no node (node trust off)
 
 # One pod's GPUs, at most: a hostile quantity must not make one failure cost a fleet. No
 # node sold today has more than 16 GPUs; DRA claims counted one device each (below).

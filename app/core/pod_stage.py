@@ -14,7 +14,7 @@ from datetime import datetime
 import msgspec
 
 from app.core.attempt import is_child_pod, pod_route
-from app.core.bounds import DROPPED_FAULTS, Trim, kept_faults
+from app.core.bounds import Trim
 from app.core.child_pods import declared_primary
 from app.core.clock import after, require_in_range
 from app.core.device_health import (
@@ -28,7 +28,8 @@ from app.core.device_health import (
     merged,
 )
 from app.core.emit import Emit, dropped
-from app.core.fault_events import FaultEvent, fault_event_of, is_trusted, merge_updates
+from app.core.fault_events import DROPPED_FAULTS, FaultEvent, fault_event_of, is_trusted, kept_faults, merge_updates
+from app.core.fault_message import trimmed
 from app.core.fleet_inputs import fault_changes
 from app.core.gpu_time import gpus_requested, started_at_of
 from app.core.progress import Watermarks
@@ -329,7 +330,7 @@ def fold_event(
         return state, []
     require_in_range((("the fault's first seen time", fault.first_seen), ("the fault's last seen time", fault.last_seen)), rules)
     trim = Trim(rules)
-    parsed = trim.parsed(fault.parsed)
+    parsed = trimmed(fault.parsed, trim)
     if parsed is not fault.parsed:
         fault = msgspec.structs.replace(fault, parsed=parsed)
     if state is None:

@@ -18,7 +18,8 @@ import pytest
 
 from app.core.emit import Emit
 from app.core.fleet_evidence import evidence_of
-from app.core.fleet_fold import FleetStats, hour_of
+from app.core.clock import hour_of
+from app.core.fleet_fold import FleetStats
 from app.core.fleet_read_model import FleetState, read
 from app.core.fleet_summary import fleet_summary, queue_rows
 from app.core.rules import DEFAULT_FLEET, FleetSettings

@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from app.core.bounds import kept_faults
+from app.core.fault_events import kept_faults
 from app.core.emit import Emit
 from app.core.fault_events import FaultEvent
 from app.core.fault_message import ParsedMessage
