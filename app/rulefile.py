@@ -1,6 +1,6 @@
 """Rule files: a named, versioned rule set as TOML or JSON (SPEC R10).
 
-Every field of `app.core.rules.Rules` may be given; a field given replaces the default
+Every field of `app.core.base.rules.Rules` may be given; a field given replaces the default
 wholesale (a list or table is not merged). `faultline rules show` prints the full
 default set to start from; its output is a rule file as it stands (its `rules_version`
 is ignored: the version is computed from the settings).
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import msgspec
 
-from app.core.rules import DEFAULT_RULES, Rules
+from app.core.base.rules import DEFAULT_RULES, Rules
 
 
 class RuleFileError(ValueError):

@@ -7,9 +7,9 @@ overrides the default. `load()` validates everything and says which setting is w
 how to fix it.
 
 (The rules the verdicts depend on are not settings of a process: they are
-`app.core.rules.Rules`, versioned with every verdict, SPEC R10. A worker only names the
+`app.core.base.rules.Rules`, versioned with every verdict, SPEC R10. A worker only names the
 rule file it runs, the same file `faultline replay --rules` takes. The fleet settings are
-rules too, declared once in `app.core.rules.FleetSettings`; `fleet_settings` lays the
+rules too, declared once in `app.core.base.rules.FleetSettings`; `fleet_settings` lays the
 ones a user set by flag or environment variable over a rule file's.)
 """
 
@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 
-from app.core.rules import FleetSettings
+from app.core.base.rules import FleetSettings
 
 ENV_PREFIX = "FAULTLINE_"
 

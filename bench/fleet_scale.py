@@ -38,13 +38,13 @@ import orjson
 
 from app.cli.fleet import replay_counted
 from app.cli.render import fleet_lines
-from app.core.fleet_summary import FleetSummary
-from app.core.fleet_view import LiveFleet
-from app.core.rules import DEFAULT_RULES, Rules
-from app.core.topology import Stage
+from app.core.fleet.summary import FleetSummary
+from app.core.fleet.view import LiveFleet
+from app.core.base.rules import DEFAULT_RULES, Rules
+from app.core.engine.topology import Stage
 from app.replay.pipeline import Pipeline
 from app.replay.trace import read_lines
-from app.core.runner import Out, Write, encoded
+from app.core.engine.runner import Out, Write, encoded
 from app.stream.codecs import COMPRESS_OVER, Entry, Position, Sent, encode
 from bench.tracegen import failed_fleet, generate
 

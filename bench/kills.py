@@ -41,7 +41,7 @@ from conftest import Outputs, StreamStack  # noqa: E402
 from test_stream_fleet import _order_free  # noqa: E402  (derived records compared as the broker test does)
 from trace_gen import generate, write_trace  # noqa: E402
 
-from app.core.topology import OUTPUT_TOPICS  # noqa: E402
+from app.core.engine.topology import OUTPUT_TOPICS  # noqa: E402
 from app.model.fleet_records import DERIVED_TOPICS  # noqa: E402
 from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, GANG_TRANSITIONS  # noqa: E402
 from app.replay.pipeline import Pipeline  # noqa: E402

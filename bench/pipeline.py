@@ -45,7 +45,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError
 from kafka.structs import TopicPartition as SyncTopicPartition
 
-from app.core.topology import STAGE_OF
+from app.core.engine.topology import STAGE_OF
 from app.kafka.topics import create_topics
 from app.model.envelope import SOURCE_TOPICS
 from app.settings import load

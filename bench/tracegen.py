@@ -22,7 +22,7 @@ from datetime import datetime, timedelta, timezone
 
 import orjson
 
-from app.core.xid import DEFAULT_XID_TABLE
+from app.core.base.xid import DEFAULT_XID_TABLE
 
 T0 = datetime(2026, 9, 1, tzinfo=timezone.utc)
 

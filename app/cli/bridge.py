@@ -31,7 +31,7 @@ from app.cli.settings_flags import settings_flags
 from app.settings import SettingsError
 
 if TYPE_CHECKING:
-    from app.core.rules import Rules
+    from app.core.base.rules import Rules
     from app.embedded.run_state import RunState
 
 KAFKA = [*KAFKA_CONNECTION, "replication", "log_level"]

@@ -14,8 +14,8 @@ import msgspec
 
 from app import settings as settings_mod
 from app.cli.settings_flags import settings_flags
-from app.core.emit import Emit
-from app.core.rules import Rules
+from app.core.base.emit import Emit
+from app.core.base.rules import Rules
 from app.rulefile import RuleFileError, load_rules
 from app.settings import Settings, SettingsError
 
@@ -93,7 +93,7 @@ FLEET_PRECEDENCE = "flag > environment variable > the rule file's [fleet] > defa
 
 
 def add_fleet_flags(parser: argparse.ArgumentParser) -> None:
-    """A flag per fleet setting (declared once, app.core.rules.FleetSettings). A flag not
+    """A flag per fleet setting (declared once, app.core.base.rules.FleetSettings). A flag not
     given and a variable not set leave the rule file's value (SPEC R10.1)."""
     group = parser.add_argument_group(f"fleet settings ({FLEET_PRECEDENCE})")
     for info in settings_mod.FLEET_SETTINGS:

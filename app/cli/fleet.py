@@ -2,8 +2,8 @@
 `faultline serve --trace TRACE` (the web page, JSON views and /metrics).
 
 Both replay a trace through the embedded Pipeline, whose fleet stage derives fleet health
-(app/core/fleet_fold.py) exactly as a worker's does over Kafka, and read the derived
-records into the fleet view (app/core/fleet_read_model.py, fleet_summary.py) as a worker's web surface does.
+(app/core/fleet/fold.py) exactly as a worker's does over Kafka, and read the derived
+records into the fleet view (app/core/fleet/read_model.py, fleet_summary.py) as a worker's web surface does.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from app.cli.common import (
     require_trace,
     rules_from_args,
 )
-from app.core.emit import Emit
-from app.core.fleet_evidence import AttemptEvidence, attempt_state, evidence_of
-from app.core.fleet_view import LiveFleet, Watermark
-from app.core.rules import DEFAULT_FLEET, Rules
+from app.core.base.emit import Emit
+from app.core.fleet.evidence import AttemptEvidence, attempt_state, evidence_of
+from app.core.fleet.view import LiveFleet, Watermark
+from app.core.base.rules import DEFAULT_FLEET, Rules
 from app.model.fleet_records import DERIVED_TOPICS
 from app.model.records import DEAD_LETTER
 from app.replay.pipeline import Pipeline

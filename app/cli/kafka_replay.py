@@ -11,10 +11,10 @@ from kafka import TopicPartition
 from kafka.errors import KafkaError
 
 from app.cli.common import KAFKA, CommandError, close_out, finish_run, load_settings, open_out, report_dead_letter
-from app.core.rules import Rules
+from app.core.base.rules import Rules
 from app.kafka import clients
 from app.kafka.topics import TopicError
-from app.core.topology import OUTPUT_TOPICS
+from app.core.engine.topology import OUTPUT_TOPICS
 from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, ClassifiedFailure
 from app.replay.diff import Verdict, final_verdicts
 from app.replay.kafka_history import HistoryError, KafkaHistory

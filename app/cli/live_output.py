@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import IO, NamedTuple
 
 from app.cli import render
-from app.core.emit import Emit
+from app.core.base.emit import Emit
 from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, GANG_TRANSITIONS, ClassifiedFailure, GangTransition
 
 HEADER = ("WHAT", "ATTEMPT / JOBSET", "CODE", "KIND", "GPU-H", "GPU FAULT / TRANSITION", "POD", "NOTE")

@@ -35,8 +35,8 @@ from app.replay.diff import ReplayRecord, cost_of, diff, final_verdicts
 from app.replay.pipeline import Pipeline
 from app.replay.trace import OutputLine, encode_output, read_lines, replay
 from app.rulefile import rules_document
-from app.core.fleet_view import LiveFleet
-from app.core.rules import DEFAULT_FLEET
+from app.core.fleet.view import LiveFleet
+from app.core.base.rules import DEFAULT_FLEET
 
 
 def register(commands: argparse._SubParsersAction) -> None:

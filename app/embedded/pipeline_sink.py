@@ -10,7 +10,7 @@ from collections.abc import Callable
 from app.bridge.positions import PositionStore
 from app.bridge.records import BridgeGap, SourceRecord
 from app.embedded.event_log import EventLog
-from app.core.emit import Emit
+from app.core.base.emit import Emit
 from app.replay.pipeline import Pipeline
 
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import NamedTuple
 
-from app.core.emit import Emit
+from app.core.base.emit import Emit
 from app.embedded.event_log import EventLog
 from app.embedded.run_state import RunState
 from app.replay.pipeline import Pipeline

@@ -22,7 +22,7 @@ from app.model.envelope import SOURCE_TOPICS
 from app.model.facts import ATTEMPT_FACTS, FLEET_INPUTS, GANG_INPUTS
 from app.model.fleet_records import DERIVED_TOPICS, GANG_QUEUES, QUARANTINE_CANDIDATES
 from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, FAULTS, GANG_TRANSITIONS, STUCK_READMISSIONS
-from app.core.topology import STAGES
+from app.core.engine.topology import STAGES
 from app.kafka import clients
 from app.kafka.config import KafkaUnreachable
 from app.settings import Settings
@@ -31,7 +31,7 @@ from app.settings import Settings
 Role = Literal["source", "output", "internal", "changelog"]
 CURRENT_ONLY = (QUARANTINE_CANDIDATES, GANG_QUEUES)
 
-# The worker's tables: one per stage that keeps state (app/core/topology.py), with the
+# The worker's tables: one per stage that keeps state (app/core/engine/topology.py), with the
 # `partitions` setting. Their changelog topics are created with the others: Faust would
 # create them itself at start-up, and a worker that looked before its own creation
 # reached the metadata stopped ("changelog topic has 0 partitions").

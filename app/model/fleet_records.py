@@ -1,5 +1,5 @@
 """Derived records: fleet health, folded per node, GPU, namespace-hour and queue by the
-fleet stage (app/core/fleet_fold.py).
+fleet stage (app/core/fleet/fold.py).
 
 Every value carries a `schema` tag like the other output records. Each derived topic is
 keyed so that the latest record per key is the current value (the topics can be
@@ -94,7 +94,7 @@ class QuarantineCandidate(_Record, tag="faultline.QuarantineCandidate/v1", tag_f
     stops (`at` = the moment, in stream time, the window slid past). `faults`,
     `fault_keys` (`faultline.faults` keys) and `codes`: what it counted in the window when
     the record was written. `action` (added to v1, optional): the strongest of NVIDIA's
-    recommended actions among the counted faults (SPEC R14.3, app/core/xid.py
+    recommended actions among the counted faults (SPEC R14.3, app/core/base/xid.py
     `strongest`); UNKNOWN when none advises one."""
 
     key: str
@@ -111,7 +111,7 @@ class QuarantineCandidate(_Record, tag="faultline.QuarantineCandidate/v1", tag_f
     last_fault_at: Timestamp | None
     fault_keys: list[str]
     codes: list[str]  # "Xid 79", "SXid 20034", "Device health", … in time order
-    action: str = "UNKNOWN"  # the Xid catalogue's vocabulary (app/core/xid.py XidAction)
+    action: str = "UNKNOWN"  # the Xid catalogue's vocabulary (app/core/base/xid.py XidAction)
 
 
 class FailureRate(_Record, tag="faultline.FailureRate/v1", tag_field="schema"):

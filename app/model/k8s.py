@@ -101,7 +101,7 @@ class ContainerClaim(_View):
 
 class ResourceRequirements(_View):
     """The names are read (SPEC R13.2: does it request a GPU?); a quantity stays raw until
-    issue 30's accounting derives one bounded number from it (app/core/gpu_time.py)."""
+    issue 30's accounting derives one bounded number from it (app/core/verdicts/gpu_time.py)."""
 
     limits: dict[str, msgspec.Raw] = {}
     requests: dict[str, msgspec.Raw] = {}

@@ -71,7 +71,7 @@ class GpuFault(_Record):
     last_seen: Timestamp
     count: int
     pod: PodRef
-    action: str = "UNKNOWN"  # the Xid catalogue's vocabulary (app/core/xid.py XidAction)
+    action: str = "UNKNOWN"  # the Xid catalogue's vocabulary (app/core/base/xid.py XidAction)
     resource: str = ""  # DEVICE_HEALTH: `nvidia.com/gpu`, `claim:<claim>/<request>`; "" for an Xid
     message: str = ""  # DEVICE_HEALTH: the kubelet's message, cut to max_message_chars
 
@@ -126,7 +126,7 @@ class ClassifiedFailure(_Record, tag="faultline.ClassifiedFailure/v2", tag_field
 class DeadLetter(_Record, tag="faultline.DeadLetter/v1", tag_field="schema"):
     """`faultline.dead-letter`: a record that could not be processed, where it was and why
     (SPEC R11.1, R11.3). Bounded whatever the record: `value` holds at most the first
-    `app.core.dead_letters.VALUE_BYTES` of it (as text, invalid UTF-8 replaced), `size`
+    `app.core.base.dead_letters.VALUE_BYTES` of it (as text, invalid UTF-8 replaced), `size`
     and `sha256` describe the whole of it."""
 
     topic: str

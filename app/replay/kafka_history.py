@@ -26,8 +26,8 @@ import msgspec
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from app.core.clock import clock_fault, out_of_range
-from app.core.rules import DEFAULT_RULES, Rules
+from app.core.base.clock import clock_fault, out_of_range
+from app.core.base.rules import DEFAULT_RULES, Rules
 from app.model.decode import BadRecord, TypedEnvelope, decode_source
 from app.kafka import clients
 from app.kafka.topics import admin_client

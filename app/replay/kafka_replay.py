@@ -12,8 +12,8 @@ import msgspec
 from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
-from app.core.emit import Emit
-from app.core.rules import Rules
+from app.core.base.emit import Emit
+from app.core.base.rules import Rules
 from app.replay.kafka_history import HistoryError, KafkaHistory
 from app.replay.pipeline import Pipeline
 from app.kafka import clients

@@ -1,6 +1,6 @@
-"""The embedded driver: every stage of the topology (app/core/topology.py) in one
+"""The embedded driver: every stage of the topology (app/core/engine/topology.py) in one
 process, with in-memory state, each record through its stage's `Runner`
-(app/core/runner.py, the per-record step every driver shares).
+(app/core/engine/runner.py, the per-record step every driver shares).
 
 A record a stage writes to an internal topic is handed at once, depth first, to the
 stage that reads that topic, so one input's outputs are all out before the next input
@@ -28,12 +28,12 @@ from typing import Any
 
 import msgspec
 
-from app.core.dead_letters import dead_letter
-from app.core.emit import Emit
-from app.core.progress import Watermarks, end_of_input
-from app.core.rules import DEFAULT_RULES, Rules
-from app.core.runner import Out, Outcome, Raw, Runner, Scope, Source, Write
-from app.core.topology import STAGE_OF, STAGES, Stage, StageRecord
+from app.core.base.dead_letters import dead_letter
+from app.core.base.emit import Emit
+from app.core.base.progress import Watermarks, end_of_input
+from app.core.base.rules import DEFAULT_RULES, Rules
+from app.core.engine.runner import Out, Outcome, Raw, Runner, Scope, Source, Write
+from app.core.engine.topology import STAGE_OF, STAGES, Stage, StageRecord
 from app.model.envelope import SOURCE_TOPICS
 
 # How often, in stream time, expired state is swept (R7.4): every quarter of the

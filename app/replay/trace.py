@@ -8,8 +8,8 @@ from typing import Generic, TypeVar
 
 import msgspec
 
-from app.core.dead_letters import dead_letter
-from app.core.emit import Emit
+from app.core.base.dead_letters import dead_letter
+from app.core.base.emit import Emit
 from app.model.decode import BadRecord, decode_trace_line, parse_trace_line
 from app.replay.pipeline import Pipeline
 

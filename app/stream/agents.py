@@ -1,5 +1,5 @@
-"""The Faust driver: one agent per stage of the topology (app/core/topology.py), each a
-thin loop around the stage's `Runner` (app/core/runner.py, the per-record step the
+"""The Faust driver: one agent per stage of the topology (app/core/engine/topology.py), each a
+thin loop around the stage's `Runner` (app/core/engine/runner.py, the per-record step the
 embedded driver runs too), with the stage's state in a Faust table. No rule, route, key
 or progress policy lives here: the topology says which topics a stage reads and writes,
 the runner decodes, checks, keys and folds.
@@ -27,9 +27,9 @@ from typing import Any
 
 import faust
 
-from app.core.rules import Rules
-from app.core.runner import Runner, Scope, Source
-from app.core.topology import OUTPUT_TOPICS, STAGES, Stage
+from app.core.base.rules import Rules
+from app.core.engine.runner import Runner, Scope, Source
+from app.core.engine.topology import OUTPUT_TOPICS, STAGES, Stage
 from app.model.facts import INTERNAL_TOPICS
 from app.settings import Settings
 from app.stream.delivery import Batch, Delivery, cause_of, origin_of, relayed, upstream_origin

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import faust
 
-from app.core.rules import DEFAULT_FLEET, DEFAULT_RULES, Rules
+from app.core.base.rules import DEFAULT_FLEET, DEFAULT_RULES, Rules
 from app.kafka.config import faust_kwargs
 from app.settings import Settings
 from app.stream.agents import Stages

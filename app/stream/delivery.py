@@ -3,7 +3,7 @@
 Delivery (at-least-once, exact: SPEC R7.3, R11.1). Each agent folds its records in
 batches:
   0. check that each record is the next offset of its partition (`Continuity`);
-  1. hand it to the stage's runner (app/core/runner.py): decode, time check, progress,
+  1. hand it to the stage's runner (app/core/engine/runner.py): decode, time check, progress,
      key, redelivery check, fold; a bad record becomes a dead letter and processing goes on;
   2. a record the key's entry already reflects (a repeat after a crash) is not folded
      again: the records its fold caused are taken from the entry's outbox instead;
@@ -51,9 +51,9 @@ import faust
 import msgspec
 from mode import CrashingSupervisor
 
-from app.core.dead_letters import dead_letter
-from app.core.runner import Out, encoded
-from app.core.topology import to_every_partition
+from app.core.base.dead_letters import dead_letter
+from app.core.engine.runner import Out, encoded
+from app.core.engine.topology import to_every_partition
 from app.settings import Settings
 from app.stream import in_flight
 from app.stream.codecs import ORIGIN_HEADER, Origin, Position, Sent, encode

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from app.core.fleet_view import Lag
+from app.core.fleet.view import Lag
 
 
 class _TP(Protocol):

@@ -1,7 +1,7 @@
 """The fleet read model on a worker: every partition of the derived topics (and the
 verdicts and dead letters) read from the beginning into a `LiveFleet`, so any worker
 serves the whole fleet (docs/fleet.md). The fleet stage itself is a stage like the
-others (app/core/topology.py): its state is per key and partitioned.
+others (app/core/engine/topology.py): its state is per key and partitioned.
 
 The reader is a plain consumer with no group: it commits nothing and misses nothing the
 topics still hold (the derived topics are compacted and kept for the history).
@@ -16,10 +16,10 @@ import faust
 import msgspec
 from mode import Service
 
-from app.core.emit import Emit
-from app.core.fleet_evidence import AttemptEvidence, evidence_of
-from app.core.fleet_view import Counters, LiveFleet, Watermark
-from app.core.rules import FleetSettings, Rules
+from app.core.base.emit import Emit
+from app.core.fleet.evidence import AttemptEvidence, evidence_of
+from app.core.fleet.view import Counters, LiveFleet, Watermark
+from app.core.base.rules import FleetSettings, Rules
 from app.kafka import clients
 from app.model.fleet_records import DERIVED_TOPICS, DerivedRecord
 from app.model import records_v1
@@ -70,7 +70,7 @@ class FleetReadModel(Service):
         finally:
             await consumer.stop()
 
-    # --- FleetView (app/core/fleet_view.py), read by the web routes ----------------------------
+    # --- FleetView (app/core/fleet/view.py), read by the web routes ----------------------------
 
     @property
     def state(self):  # type: ignore[no-untyped-def]

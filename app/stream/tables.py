@@ -9,7 +9,7 @@ another order cannot send a view that contradicts one already sent. Each value c
 those records (its outbox) until its next batch, so a repeat of the record that caused
 them sends them again.
 
-`TableStore` is the table as the runner's `StateStore` (app/core/runner.py) for one
+`TableStore` is the table as the runner's `StateStore` (app/core/engine/runner.py) for one
 record: it recognises a repeat by the positions the entry reflects.
 """
 
@@ -25,7 +25,7 @@ from typing import Any, Generic, TypeVar
 import faust
 import msgspec
 
-from app.core.runner import Progressed
+from app.core.engine.runner import Progressed
 from app.stream.codecs import COMPRESS_OVER, ENTRY_LIMIT, Entry, Origin, Position, Sent, encode, entry_decoder
 from app.stream.faust_fixes import as_current_event
 

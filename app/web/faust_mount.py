@@ -14,7 +14,7 @@ from aiohttp import web
 
 from app.web.metrics import CONTENT_TYPE, render_metrics
 from app.web.server import make_web_app
-from app.core.fleet_view import FleetView
+from app.core.fleet.view import FleetView
 
 
 def mount(faust_app: Any, view: FleetView, prefix: str = "/fleet") -> web.Application:

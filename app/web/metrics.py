@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from app.core.fleet_summary import severity_totals
-from app.core.fleet_view import FleetView
+from app.core.fleet.summary import severity_totals
+from app.core.fleet.view import FleetView
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -1,6 +1,6 @@
 """The aiohttp app: the fleet page, its JSON views and /metrics over a `FleetView`.
 
-Handlers only read the view and encode; every answer is computed by app/core/fleet_summary.py.
+Handlers only read the view and encode; every answer is computed by app/core/fleet/summary.py.
 They run on the event loop that feeds the view, so they never see a half-folded record.
 """
 
@@ -11,8 +11,8 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from app.core.fleet_summary import candidate_rows, failure_rows, fleet_summary, gpu_cost, gpu_rows, node_rows, queue_rows, recent_verdicts
-from app.core.fleet_view import FleetView
+from app.core.fleet.summary import candidate_rows, failure_rows, fleet_summary, gpu_cost, gpu_rows, node_rows, queue_rows, recent_verdicts
+from app.core.fleet.view import FleetView
 from app.web.metrics import CONTENT_TYPE, render_metrics
 from app.web.page import PAGE
 

@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from app.embedded.event_log import EventLog
-from app.core.rules import DEFAULT_RULES
+from app.core.base.rules import DEFAULT_RULES
 from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER
 from app.replay.pipeline import Pipeline
 from app.replay.trace import read_lines, replay

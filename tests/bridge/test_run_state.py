@@ -18,7 +18,7 @@ from app.bridge.records import BridgePosition
 from app.cli import main as cli_main
 from app.embedded.event_log import EventLog
 from app.embedded.run_state import RunState, StateError, default_state_dir
-from app.core.rules import DEFAULT_RULES
+from app.core.base.rules import DEFAULT_RULES
 from tests.bridge.helpers import CLUSTER, wait_for
 from tests.bridge.realkube import faultline_env
 from tests.unit import builders, stories

@@ -9,13 +9,13 @@ from typing import Any
 
 import msgspec
 
-from app.core.emit import Emit
-from app.core.fleet_fold import FleetStats
-from app.core.fleet_inputs import counted_failure, failure_changes, fault_changes, gang_change
-from app.core.fleet_read_model import FleetState, read
-from app.core.progress import NO_PROGRESS, Watermarks, settles
-from app.core.rules import DEFAULT_FLEET, DEFAULT_RULES, FleetSettings
-from app.core.topology import FLEET_STAGE, INPUT_OF, Failed, apply, settle
+from app.core.base.emit import Emit
+from app.core.fleet.fold import FleetStats
+from app.core.stages.fleet_inputs import counted_failure, failure_changes, fault_changes, gang_change
+from app.core.fleet.read_model import FleetState, read
+from app.core.base.progress import NO_PROGRESS, Watermarks, settles
+from app.core.base.rules import DEFAULT_FLEET, DEFAULT_RULES, FleetSettings
+from app.core.engine.topology import FLEET_STAGE, INPUT_OF, Failed, apply, settle
 from app.model.facts import FLEET_INPUTS, Progress
 from app.model.records import ClassifiedFailure, Fault, GangTransition
 from tests.fleet.records import CLUSTER

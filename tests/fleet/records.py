@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from app.core.emit import Emit
+from app.core.base.emit import Emit
 from app.model.records import (
     CLASSIFIED_FAILURES,
     DEAD_LETTER,

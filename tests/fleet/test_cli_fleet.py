@@ -50,7 +50,7 @@ def test_fleet_writes_the_derived_records(tmp_path: Path, capsys: pytest.Capture
 
 
 def test_a_bad_setting_is_named_with_its_one_flag(capsys: pytest.CaptureFixture[str]) -> None:
-    """The fleet settings are declared once (app/core/rules.py FleetSettings), one flag each."""
+    """The fleet settings are declared once (app/core/base/rules.py FleetSettings), one flag each."""
     assert main(["fleet", str(MIXED), "--quarantine-window", "soon"]) == 2
     assert "fix --quarantine-window or FAULTLINE_QUARANTINE_WINDOW" in capsys.readouterr().err
     assert main(["fleet", str(MIXED), "--quarantine-threshold", "0"]) == 2

@@ -1,5 +1,5 @@
 """Two clusters whose stream times are far apart (issue 29): each cluster's history is kept
-on its own stream time in the fleet view (app/core/fleet_read_model.py), as the fleet stage
+on its own stream time in the fleet view (app/core/fleet/read_model.py), as the fleet stage
 windows each on its own watermark (SPEC R12), so the page never says "0 GPU faults" beside
 the quarantine candidates those faults made."""
 
@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.emit import Emit
-from app.core.fleet_read_model import FleetState, read
-from app.core.fleet_summary import fleet_summary
-from app.core.rules import DEFAULT_FLEET
+from app.core.base.emit import Emit
+from app.core.fleet.read_model import FleetState, read
+from app.core.fleet.summary import fleet_summary
+from app.core.base.rules import DEFAULT_FLEET
 from tests.fleet.driver import run
 from tests.fleet.records import T0, fault, hours
 

@@ -1,9 +1,9 @@
-"""The fleet stage (app/core/fleet_fold.py) and the fleet view read from what it derives
-(app/core/fleet_read_model.py, fleet_summary.py): rates per hour, quarantine in stream time, failure rates,
+"""The fleet stage (app/core/fleet/fold.py) and the fleet view read from what it derives
+(app/core/fleet/read_model.py, fleet_summary.py): rates per hour, quarantine in stream time, failure rates,
 preemption waits, bounded state, determinism.
 
 `run` plays the other stages' part: it turns output records (tests/fleet/records.py) into
-the inputs those stages emit (app/core/fleet_inputs.py), each knowing what it emitted
+the inputs those stages emit (app/core/stages/fleet_inputs.py), each knowing what it emitted
 before, and folds them per key through the fleet stage after moving the stage's watermark
 to the record's time (the bridge's progress keeps up with the records).
 """
@@ -16,14 +16,14 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from app.core.emit import Emit
-from app.core.fleet_evidence import evidence_of
-from app.core.clock import hour_of
-from app.core.fleet_fold import FleetStats
-from app.core.fleet_read_model import FleetState, read
-from app.core.fleet_summary import fleet_summary, queue_rows
-from app.core.rules import DEFAULT_FLEET, FleetSettings
-from app.core.topology import FLEET_STAGE
+from app.core.base.emit import Emit
+from app.core.fleet.evidence import evidence_of
+from app.core.base.clock import hour_of
+from app.core.fleet.fold import FleetStats
+from app.core.fleet.read_model import FleetState, read
+from app.core.fleet.summary import fleet_summary, queue_rows
+from app.core.base.rules import DEFAULT_FLEET, FleetSettings
+from app.core.engine.topology import FLEET_STAGE
 from app.model.fleet_records import (
     DERIVED_TOPICS,
     FAILURE_RATES,
@@ -344,7 +344,7 @@ def test_state_is_bounded_by_the_history_in_stream_time() -> None:
 
 def test_no_state_grows_with_the_fleet() -> None:
     """A flood of critical faults on one node keeps its state bounded (HITS_KEPT)."""
-    from app.core.fleet_fold import HITS_KEPT
+    from app.core.fleet.fold import HITS_KEPT
 
     state, _ = run([fault(f"ev-{i}", first_seen=T0 + minutes(i / 10)) for i in range(500)])
     node = state.states["prod-a/node/gpu-17"]

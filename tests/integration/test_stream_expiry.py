@@ -15,9 +15,9 @@ from kafka.partitioner.default import murmur2
 from trace_gen import builders as b
 from trace_gen import stories, write_trace
 
-from app.core.attempt import attempt_of
-from app.core.pod_stage import pod_key
-from app.core.rules import DEFAULT_RULES
+from app.core.identity.attempt import attempt_of
+from app.core.stages.pods import pod_key
+from app.core.base.rules import DEFAULT_RULES
 from app.model.records import CLASSIFIED_FAILURES
 from app.replay.pipeline import Pipeline
 from app.replay.trace import read_lines, replay

@@ -13,7 +13,7 @@ import msgspec
 import orjson
 
 from app.cli.fleet import pipeline_evidence, replay_counted
-from app.core.fleet_view import LiveFleet
+from app.core.fleet.view import LiveFleet
 from app.model.fleet_records import DERIVED_TOPICS, QUARANTINE_CANDIDATES
 from app.replay.pipeline import Pipeline
 from app.replay.trace import encode_output, read_lines

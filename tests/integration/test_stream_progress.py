@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 import orjson
 import pytest
 
-from app.core.rules import DEFAULT_RULES
+from app.core.base.rules import DEFAULT_RULES
 from app.model.envelope import JOBS, WORKLOADS
 from app.model.records import CLASSIFIED_FAILURES, GANG_TRANSITIONS
 from tests.unit.gang_builders import GangWorld

@@ -18,9 +18,9 @@ from typing import Any
 import msgspec
 import orjson
 
-from app.core.emit import Emit
-from app.core.gang import GangInput, GangStateData
-from app.core.rules import Rules
+from app.core.base.emit import Emit
+from app.core.stages.gangs import GangInput, GangStateData
+from app.core.base.rules import Rules
 from app.model.envelope import JOBS, WORKLOADS, Envelope, TraceLine
 from app.model.k8s import Job, Workload
 from app.model.records import GANG_TRANSITIONS

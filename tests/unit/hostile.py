@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from app.core.emit import Emit
+from app.core.base.emit import Emit
 from app.replay.pipeline import Pipeline
 from tests.unit import builders as b
 

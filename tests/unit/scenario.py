@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import orjson
 
-from app.core.emit import Emit
-from app.core.rules import DEFAULT_RULES, Rules
+from app.core.base.emit import Emit
+from app.core.base.rules import DEFAULT_RULES, Rules
 from app.model.fleet_records import DERIVED_TOPICS
 from app.model.records import CLASSIFIED_FAILURES, FAULTS, ClassifiedFailure
 from tests.unit.drivers import new_pipeline

@@ -11,7 +11,7 @@ from pathlib import Path
 import msgspec
 
 from app.cli.live_output import HEADER, LivePrinter
-from app.core.emit import Emit
+from app.core.base.emit import Emit
 from app.model.records import CLASSIFIED_FAILURES, GANG_TRANSITIONS
 from app.replay.pipeline import Pipeline
 from app.replay.trace import encode_output, read_lines, replay

@@ -11,10 +11,10 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from app.core.emit import Emit
-from app.core.fleet_view import LiveFleet
-from app.core.rules import DEFAULT_RULES, Rules
-from app.core.xid import XidTable
+from app.core.base.emit import Emit
+from app.core.fleet.view import LiveFleet
+from app.core.base.rules import DEFAULT_RULES, Rules
+from app.core.base.xid import XidTable
 from app.model import records_v1
 from app.model.fleet_records import DerivedRecord
 from app.model.records import CLASSIFIED_FAILURES

@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from app.cli import main
-from app.core.rules import DEFAULT_RULES, FleetSettings, Rules
+from app.core.base.rules import DEFAULT_RULES, FleetSettings, Rules
 from app.model.fleet_records import DERIVED_TOPICS, QUARANTINE_CANDIDATES
 from app.model.records import CLASSIFIED_FAILURES
 

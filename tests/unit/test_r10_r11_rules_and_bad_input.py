@@ -5,8 +5,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from app.core import xid
-from app.core.rules import Rules
+from app.core.base import xid
+from app.core.base.rules import Rules
 from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER
 from app.replay.pipeline import Pipeline
 from tests.unit.builders import T0, attempt_labels, condition, kubeflow, minutes, pod, record, running, terminated, updated

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from app.core.rules import DEFAULT_RULES, Rules
-from app.core.xid import XidTable
+from app.core.base.rules import DEFAULT_RULES, Rules
+from app.core.base.xid import XidTable
 from app.replay.diff import diff, final_verdicts
 from app.rulefile import RuleFileError, load_rules
 from tests.unit.scenario import run

@@ -11,10 +11,10 @@ import msgspec
 import orjson
 import pytest
 
-from app.core import topology
-from app.core.dead_letters import VALUE_BYTES
-from app.core.emit import Emit
-from app.core.topology import STAGE_OF
+from app.core.engine import topology
+from app.core.base.dead_letters import VALUE_BYTES
+from app.core.base.emit import Emit
+from app.core.engine.topology import STAGE_OF
 from app.model.envelope import PODS
 from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, FAULTS
 from tests.unit import hostile

@@ -11,8 +11,8 @@ import msgspec
 import orjson
 import pytest
 
-from app.core.rules import Rules
-from app.core.topology import STAGE_OF
+from app.core.base.rules import Rules
+from app.core.engine.topology import STAGE_OF
 from app.model.envelope import PODS
 from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER
 from app.replay.pipeline import Pipeline

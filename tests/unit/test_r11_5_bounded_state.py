@@ -10,11 +10,11 @@ from typing import Any
 import msgspec
 import pytest
 
-from app.core.fault_events import kept_faults
-from app.core.emit import Emit
-from app.core.fault_events import FaultEvent
-from app.core.fault_message import ParsedMessage
-from app.core.rules import DEFAULT_RULES, Rules
+from app.core.evidence.fault_events import kept_faults
+from app.core.base.emit import Emit
+from app.core.evidence.fault_events import FaultEvent
+from app.core.evidence.fault_message import ParsedMessage
+from app.core.base.rules import DEFAULT_RULES, Rules
 from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, FAULTS
 from app.replay.pipeline import Pipeline
 from tests.unit import builders as b

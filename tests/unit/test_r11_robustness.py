@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.core.topology import decode_record
+from app.core.engine.topology import decode_record
 from app.model.decode import BadRecord
 from app.model.records import DEAD_LETTER
 from tests.unit.drivers import new_pipeline

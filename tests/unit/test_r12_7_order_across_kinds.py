@@ -21,8 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.core.emit import Emit
-from app.core.rules import Rules
+from app.core.base.emit import Emit
+from app.core.base.rules import Rules
 from app.model.records import CLASSIFIED_FAILURES, FAULTS, GANG_TRANSITIONS
 from app.replay.pipeline import Pipeline
 from tests.unit.gang_builders import Line

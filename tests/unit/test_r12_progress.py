@@ -8,8 +8,8 @@ from datetime import timedelta
 import orjson
 import pytest
 
-from app.core.fleet_view import LiveFleet, Watermark
-from app.core.progress import NO_PROGRESS, end_of_input
+from app.core.fleet.view import LiveFleet, Watermark
+from app.core.base.progress import NO_PROGRESS, end_of_input
 from app.model.envelope import EVENTS, JOBS, PODS, SOURCE_TOPICS, WORKLOADS
 from app.model.facts import END_OF_TIME, Progress
 from app.model.records import DEAD_LETTER, GANG_TRANSITIONS
@@ -140,7 +140,7 @@ def test_r12_5_stream_time_is_the_watermark_once_there_is_one() -> None:
 
 
 def pipeline_stage(name: str):  # type: ignore[no-untyped-def]
-    from app.core.topology import STAGES
+    from app.core.engine.topology import STAGES
 
     return next(s for s in STAGES if s.name == name)
 

@@ -12,8 +12,8 @@ import orjson
 
 from app.cli.fleet import pipeline_evidence
 from app.cli.render import attempt_name
-from app.core.emit import Emit
-from app.core.fleet_read_model import FleetState, read
+from app.core.base.emit import Emit
+from app.core.fleet.read_model import FleetState, read
 from app.model.records import CLASSIFIED_FAILURES, ClassifiedFailure
 from app.model.records_v1 import ClassifiedFailure as ClassifiedFailureV1
 from app.replay.pipeline import Pipeline
@@ -102,7 +102,7 @@ def test_r13_3_the_fleet_read_model_reads_a_v1_verdict() -> None:
 
 
 def test_r13_3_metrics_count_workload_attempts_by_the_kind_of_their_object() -> None:
-    from app.core.fleet_view import LiveFleet
+    from app.core.fleet.view import LiveFleet
     from app.web.metrics import render_metrics
 
     for trace in ("workloads.jsonl", "mixed.jsonl"):

@@ -9,7 +9,7 @@ import msgspec
 import orjson
 import pytest
 
-from app.core.rules import DEFAULT_RULES, Rules
+from app.core.base.rules import DEFAULT_RULES, Rules
 from app.model.facts import ATTEMPT_FACTS
 from app.model.records import CLASSIFIED_FAILURES, FAULTS, GANG_TRANSITIONS, ClassifiedFailure
 from app.model.records_v1 import ClassifiedFailure as ClassifiedFailureV1

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 import orjson
 import pytest
 
-from app.core.rules import DEFAULT_DISRUPTION_REASONS, DEFAULT_RULES, Rules
+from app.core.base.rules import DEFAULT_DISRUPTION_REASONS, DEFAULT_RULES, Rules
 from app.model.records import DEAD_LETTER
 from tests.unit import builders as b
 from tests.unit.builders import T0, attempt_labels, condition, disruption_target, event, jobset, jobset_pod_labels, minutes, pod, record, running, terminated, updated

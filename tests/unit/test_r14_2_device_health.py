@@ -11,7 +11,7 @@ import msgspec
 import orjson
 import pytest
 
-from app.core.rules import DEFAULT_RULES, FleetSettings, Rules
+from app.core.base.rules import DEFAULT_RULES, FleetSettings, Rules
 from app.model.fleet_records import GPU_FAULT_RATES, NODE_FAULT_RATES, QUARANTINE_CANDIDATES
 from app.model.records import CLASSIFIED_FAILURES, FAULTS, Fault
 from tests.unit import builders as b

@@ -9,8 +9,8 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from app.core.rules import DEFAULT_RULES, FleetSettings, Rules
-from app.core.xid import DEFAULT_XID_TABLE
+from app.core.base.rules import DEFAULT_RULES, FleetSettings, Rules
+from app.core.base.xid import DEFAULT_XID_TABLE
 from app.model.fleet_records import QUARANTINE_CANDIDATES
 from app.model.records import FAULTS
 from app.replay.diff import diff

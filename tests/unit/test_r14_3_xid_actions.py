@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.core.rules import DEFAULT_RULES, Rules
-from app.core.xid import ACTION_STRENGTH, DEFAULT_XID_TABLE, XidTable, strongest
+from app.core.base.rules import DEFAULT_RULES, Rules
+from app.core.base.xid import ACTION_STRENGTH, DEFAULT_XID_TABLE, XidTable, strongest
 from app.rulefile import RuleFileError, load_rules, rules_document
 
 xid = DEFAULT_XID_TABLE

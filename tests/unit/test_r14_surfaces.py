@@ -16,9 +16,9 @@ import msgspec
 
 from app.cli import main
 from app.cli.fleet import pipeline_evidence
-from app.core.emit import Emit
-from app.core.fleet_read_model import FleetState, read
-from app.core.fleet_summary import fleet_summary
+from app.core.base.emit import Emit
+from app.core.fleet.read_model import FleetState, read
+from app.core.fleet.summary import fleet_summary
 from app.model import records_v1
 from app.model.fleet_records import GPU_FAULT_RATES, NODE_FAULT_RATES, GpuFaultRate, NodeFaultRate
 from app.model.records import CLASSIFIED_FAILURES, FAULTS, Fault

@@ -10,8 +10,8 @@ import msgspec
 import orjson
 import pytest
 
-from app.core.gang import gang_key
-from app.core.rules import DEFAULT_RULES, Rules
+from app.core.stages.gangs import gang_key
+from app.core.base.rules import DEFAULT_RULES, Rules
 from app.model.envelope import WORKLOADS
 from app.model.k8s import Job, Workload
 from app.model.records import STUCK_READMISSIONS, GangTransition, StuckReadmission
@@ -279,8 +279,8 @@ def _t(text: str):  # type: ignore[no-untyped-def]
 
 
 def test_r15_4_the_fleet_view_lists_stuck_waits_and_metrics_count_them_by_queue() -> None:
-    from app.core.fleet_summary import fleet_summary
-    from app.core.fleet_view import LiveFleet
+    from app.core.fleet.summary import fleet_summary
+    from app.core.fleet.view import LiveFleet
     from app.web.metrics import render_metrics
 
     rules = Rules(max_readmission_wait_seconds=3600)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.rules import Rules
+from app.core.base.rules import Rules
 from tests.unit.builders import (
     T0,
     attempt_labels,

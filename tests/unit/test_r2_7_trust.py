@@ -13,8 +13,8 @@ from datetime import datetime
 import orjson
 import pytest
 
-from app.core.fleet_view import LiveFleet
-from app.core.rules import DEFAULT_RULES, Rules
+from app.core.fleet.view import LiveFleet
+from app.core.base.rules import DEFAULT_RULES, Rules
 from app.model.records import CLASSIFIED_FAILURES, FAULTS
 from tests.unit.builders import NODE, T0, event, minutes, pod, record, running, terminated, updated, xid_message
 from tests.unit.drivers import new_pipeline

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.fault_events import fault_event_of
-from app.core.fault_message import parse_fault_message
-from app.core.rules import Rules
+from app.core.evidence.fault_events import fault_event_of
+from app.core.evidence.fault_message import parse_fault_message
+from app.core.base.rules import Rules
 from app.model.k8s import Event
 from tests.unit.builders import (
     NODE,

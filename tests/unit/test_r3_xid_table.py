@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.xid import DEFAULT_XID_TABLE as xid
+from app.core.base.xid import DEFAULT_XID_TABLE as xid
 
 
 @pytest.mark.parametrize("code", [13, 31, 43, 45])

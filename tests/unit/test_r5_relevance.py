@@ -191,7 +191,7 @@ def test_r5_3_window_is_measured_from_the_failure_not_processing_time():
 
 
 def test_r5_3_window_and_slack_are_settings():
-    from app.core.rules import Rules
+    from app.core.base.rules import Rules
 
     records = pod_task(T0 - minutes(40))
     assert not classified(records)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from app.core.verdict import is_generic
+from app.core.verdicts.classify import is_generic
 from app.model.records import ClassifiedFailure
 from tests.unit.builders import (
     T0,

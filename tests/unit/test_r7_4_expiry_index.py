@@ -10,10 +10,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from app.core.fleet_fold import FailureStats, GpuTimeStats, RateStats, _horizon_at, fleet_expires_at
-from app.core.rules import DEFAULT_FLEET, DEFAULT_RULES, Rules
-from app.core.runner import KeyTimes, Scope
-from app.core.topology import STAGES
+from app.core.fleet.fold import FailureStats, GpuTimeStats, RateStats, _horizon_at, fleet_expires_at
+from app.core.base.rules import DEFAULT_FLEET, DEFAULT_RULES, Rules
+from app.core.engine.runner import KeyTimes, Scope
+from app.core.engine.topology import STAGES
 from app.replay.pipeline import Pipeline
 from app.replay.trace import read_lines, replay
 

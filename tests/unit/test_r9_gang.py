@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.core import kueue
-from app.core.gang import GangInput, fold_gang, gang_expires_at, gang_key, is_suspended
-from app.core.progress import NO_PROGRESS
-from app.core.rules import DEFAULT_RULES, Rules
+from app.core.identity import kueue
+from app.core.stages.gangs import GangInput, fold_gang, gang_expires_at, gang_key, is_suspended
+from app.core.base.progress import NO_PROGRESS
+from app.core.base.rules import DEFAULT_RULES, Rules
 from app.model.envelope import JOBS, WORKLOADS
 from app.model.k8s import Job, Workload
 from app.model.records import GANG_TRANSITIONS, EvictionCause, GangTransition

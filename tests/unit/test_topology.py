@@ -10,8 +10,8 @@ import msgspec
 import orjson
 import pytest
 
-from app.core import topology
-from app.core.topology import STAGE_OF, STAGES
+from app.core.engine import topology
+from app.core.engine.topology import STAGE_OF, STAGES
 from app.model.envelope import SOURCE_TOPICS
 from app.model.facts import INTERNAL_TOPICS
 from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, FAULTS, GANG_TRANSITIONS

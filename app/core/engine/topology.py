@@ -1,0 +1,257 @@
+"""The stage topology: the one declaration of how records flow through faultline.
+
+    k8s.pods, k8s.events --(cluster/pod uid)--> pods [PodState] -----> faults, attempt-facts, fleet-inputs
+    k8s.jobs, k8s.workloads ------------------> jobs (stateless) ----> attempt-facts, gang-inputs
+    attempt-facts --(attempt key)-------------> attempts [AttemptState] -> classified-failures, fleet-inputs
+    gang-inputs --(cluster/JobSet uid)--------> gangs [GangStateData] --> gang-transitions, fleet-inputs
+    fleet-inputs --(node, GPU, ns-hour, queue)-> fleet [FleetStats] -----> the derived topics (docs/fleet.md)
+
+Each stage says here, once, which topics it reads, how a record of each is keyed and
+folded, its expiry and which topics it writes. Every record carries its time
+(`observed_at`, the bridge's clock), which moves stream time. The drivers — the embedded runner
+(app/replay) and the Faust workers (app/stream) — run this declaration; neither routes,
+keys or decodes records on its own. The internal topics (attempt-facts, gang-inputs,
+fleet-inputs) are Kafka topics in the streaming path and a hand-over in the embedded one.
+
+JobSets and their Workloads go through one stage (`jobs`): records of both topics reach
+the gang stage in the order one reader interleaves them, never one topic running ahead.
+
+The fold policy (`apply`) is defined once: a fold that raises (a bug, or input the rules
+never expected), an output that cannot be encoded or a value past `max_value_bytes`
+fails its record only: it is dead-lettered with the reason and processing goes on (SPEC
+R11.3, R11.5). Folds return new states and never change the one they were given, so the
+stored state is the state before the record. A source record whose time cannot be used
+(`time_fault`: out of range, or a clock fault, R11.4) is dead-lettered before it is folded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from app.core.stages.attempts import AttemptState, attempt_expires_at, fold_attempt
+from app.core.base.clock import clock_fault, out_of_range
+from app.core.base.emit import DROPPED, Emit
+from app.core.fleet.fold import FleetStats, fleet_expires_at, fleet_waits_until, fold_fleet, settle_fleet
+from app.core.stages.gangs import GangStateData, fold_gang, gang_expires_at, gang_waits_until, route_workload_record, settle_gang
+from app.core.stages.jobs import route_job_record
+from app.core.stages.pods import PodState, fold_event, fold_pod, key_of_event, key_of_pod, pod_state_expires_at
+from app.core.base.progress import Watermarks
+from app.core.base.rules import Rules
+from app.model.decode import BadRecord, TypedEnvelope, decode_internal, decode_source
+from app.model.envelope import BOOKMARK, EVENTS, JOBS, PODS, WORKLOADS
+from app.model.facts import (
+    ATTEMPT_FACTS,
+    FLEET_INPUTS,
+    GANG_INPUTS,
+    INTERNAL_TOPICS,
+    AttemptFact,
+    FleetInput,
+    GangInput,
+    Progress,
+)
+from app.model.fleet_records import DERIVED_TOPICS
+from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, FAULTS, GANG_TRANSITIONS, STUCK_READMISSIONS
+
+StageRecord = TypedEnvelope | AttemptFact | GangInput | FleetInput
+# (state or None, state key, record, rules, the stage's watermarks) -> (new state or None, records to write)
+Fold = Callable[[Any, str, Any, Rules, Watermarks], tuple[Any, list[Emit]]]
+# (state, state key, rules, watermarks) -> the same, decided again on progress (R12.4)
+Settle = Callable[[Any, str, Rules, Watermarks], tuple[Any, list[Emit]]]
+
+
+class Input(msgspec.Struct, frozen=True):
+    """One topic a stage reads: how its records are keyed and folded."""
+
+    topic: str
+    key: Callable[[str, Any], str | None]  # (the record's Kafka key, record) -> state key; None: nothing to do
+    fold: Fold
+
+
+class Stage(msgspec.Struct, frozen=True):
+    name: str
+    inputs: tuple[Input, ...]
+    outputs: tuple[str, ...]  # logical topics (dead letters aside: every stage may write them)
+    state: type | None = None  # None: a stateless router
+    # SPEC R7.4: the stream time from which a state has expired (None: not by time while
+    # it is as it is); a sweep drops the states whose time has come.
+    expires_at: Callable[[Any, Rules], datetime | None] | None = None
+    # R12.4: a state that waits on progress says until when (`waits_until`: its cluster's
+    # stream time, or ANY_PROGRESS); it is decided again (`settle`) once progress gets there.
+    waits_until: Callable[[Any, Rules], datetime | None] | None = None
+    settle: Settle | None = None
+
+    @property
+    def topics(self) -> tuple[str, ...]:
+        return tuple(i.topic for i in self.inputs)
+
+
+def _as_is(key: str, _: object) -> str:
+    """Re-keyed records arrive with their stage key as the Kafka key."""
+    return key
+
+
+PODS_STAGE = Stage(
+    name="pods",
+    inputs=(Input(PODS, key_of_pod, fold_pod), Input(EVENTS, key_of_event, fold_event)),
+    outputs=(FAULTS, ATTEMPT_FACTS, FLEET_INPUTS),
+    state=PodState,
+    expires_at=pod_state_expires_at,
+)
+JOBS_STAGE = Stage(
+    name="jobs",
+    inputs=(Input(JOBS, _as_is, route_job_record), Input(WORKLOADS, _as_is, route_workload_record)),
+    outputs=(ATTEMPT_FACTS, GANG_INPUTS),
+)
+ATTEMPTS_STAGE = Stage(
+    name="attempts",
+    inputs=(Input(ATTEMPT_FACTS, _as_is, fold_attempt),),
+    outputs=(CLASSIFIED_FAILURES, FLEET_INPUTS),
+    state=AttemptState,
+    expires_at=attempt_expires_at,
+)
+GANGS_STAGE = Stage(
+    name="gangs",
+    inputs=(Input(GANG_INPUTS, _as_is, fold_gang),),
+    outputs=(GANG_TRANSITIONS, STUCK_READMISSIONS, FLEET_INPUTS),
+    state=GangStateData,
+    expires_at=gang_expires_at,
+    waits_until=gang_waits_until,
+    settle=settle_gang,
+)
+FLEET_STAGE = Stage(
+    name="fleet",
+    inputs=(Input(FLEET_INPUTS, _as_is, fold_fleet),),
+    outputs=DERIVED_TOPICS,
+    state=FleetStats,
+    expires_at=fleet_expires_at,
+    waits_until=fleet_waits_until,
+    settle=settle_fleet,
+)
+
+STAGES: tuple[Stage, ...] = (PODS_STAGE, JOBS_STAGE, ATTEMPTS_STAGE, GANGS_STAGE, FLEET_STAGE)
+# Every topic a stage reads has exactly one reader.
+STAGE_OF: dict[str, Stage] = {i.topic: stage for stage in STAGES for i in stage.inputs}
+INPUT_OF: dict[str, Input] = {i.topic: i for stage in STAGES for i in stage.inputs}
+OUTPUT_TOPICS: tuple[str, ...] = (FAULTS, CLASSIFIED_FAILURES, GANG_TRANSITIONS, STUCK_READMISSIONS, DEAD_LETTER, *DERIVED_TOPICS)
+
+
+def decode_record(topic: str, value: bytes) -> StageRecord:
+    """A stage's input record from its bytes; BadRecord says what is wrong."""
+    if topic in INTERNAL_TOPICS:
+        return decode_internal(topic, value)
+    return decode_source(topic, value)[0]  # names the source topics if it is none of them
+
+
+# --- the fold policy ---------------------------------------------------------------------------
+
+
+# Structs, not NamedTuples: one is made for every record (a Struct is made in C).
+class Failed(msgspec.Struct, frozen=True, gc=False):
+    reason: str
+
+
+class Applied(msgspec.Struct, frozen=True, gc=False):
+    """A fold's result, checked (SPEC R11.3, R11.5): the key's new state (None: keep
+    none) with its JSON (None when the fold kept the state it was given), the records to
+    write with theirs, and what the fold left out to stay bounded (counter -> count)."""
+
+    state: Any
+    emits: list[Emit]
+    state_bytes: bytes | None
+    emit_bytes: list[bytes]
+    dropped: dict[str, int]
+
+
+_encode = msgspec.json.Encoder().encode  # the bytes the drivers write (app/stream/codecs.py)
+
+
+_NO_DROPS: dict[str, int] = {}
+
+
+def _checked(stage: Stage, key: str, given: Any, result: tuple[Any, list[Emit]], rules: Rules) -> Applied | Failed:
+    state, emits = result
+    changed = state is not None and state is not given and state != given  # equal: nothing to write
+    if not emits and not changed:
+        return Applied(state, emits, None, [], _NO_DROPS)  # most records: nothing to write
+    limit = rules.max_value_bytes
+    dropped, written, emit_bytes = _NO_DROPS, [], []
+    for emit in emits:
+        if emit.topic == DROPPED:
+            dropped = {**dropped, emit.key: dropped.get(emit.key, 0) + emit.value}
+            continue
+        raw = _encode(emit.value)  # an output that cannot be encoded fails its record
+        if len(raw) > limit:
+            return Failed(f"stage {stage.name}: this record would write a {emit.topic} record of {len(raw)} bytes, over max_value_bytes ({limit})")
+        written.append(emit)
+        emit_bytes.append(raw)
+    state_bytes = None
+    if changed:
+        state_bytes = _encode(state)
+        if len(state_bytes) > limit:
+            return Failed(
+                f"stage {stage.name}: the state of {key[:256]} would grow to {len(state_bytes)} bytes with this record, "
+                f"over max_value_bytes ({limit}); the state stays as it was (SPEC R11.5)"
+            )
+    return Applied(state, written, state_bytes, emit_bytes, dropped)
+
+
+def _failure(stage: Stage, exc: Exception, what: str) -> Failed:
+    if isinstance(exc, BadRecord):  # a record the rules refuse, saying why
+        return Failed(f"stage {stage.name}: {exc}")
+    return Failed(f"stage {stage.name} failed {what}: {type(exc).__name__}: {exc}")
+
+
+def apply(stage: Stage, fold: Fold, state: Any, key: str, record: StageRecord, rules: Rules, marks: Watermarks) -> Applied | Failed:
+    """Fold one record. A fold that raises (a bug, or input the rules never expected),
+    an output that cannot be encoded, or a state or output past `max_value_bytes` fails
+    this record only: the driver dead-letters it with the `Failed` reason, keeps the
+    state it had, and goes on (SPEC R11.3, R11.5)."""
+    try:
+        return _checked(stage, key, state, fold(state, key, record, rules, marks), rules)
+    except Exception as exc:  # noqa: BLE001 - any failure of one record must not stop the stage
+        return _failure(stage, exc, "on this record")
+
+
+def settle(stage: Stage, state: Any, key: str, rules: Rules, marks: Watermarks) -> Applied | Failed:
+    """`apply` for a state decided again on progress (R12.4), under the same policy."""
+    assert stage.settle is not None
+    try:
+        return _checked(stage, key, state, stage.settle(state, key, rules, marks), rules)
+    except Exception as exc:  # noqa: BLE001 - one state's failure must not stop the stage
+        return _failure(stage, exc, f"to settle {key[:256]}")
+
+
+def time_fault(topic: str, record: StageRecord, marks: Watermarks, rules: Rules) -> str | None:
+    """SPEC R11.3, R11.4: why a source record's time cannot be used (out of range, or a
+    clock fault against its topic's watermark at the stage), or None. A driver
+    dead-letters such a record before it folds it or moves stream time with it."""
+    if topic in INTERNAL_TOPICS:  # their times are source records' times, checked at the first stage
+        return None
+    at = record.observed_at
+    reason = out_of_range(at, rules)
+    if reason is not None or progress_in(record):
+        return reason
+    return clock_fault(at, marks.of(record.cluster, topic), f"{record.cluster}/{topic}", rules)
+
+
+# --- progress (SPEC R12) -------------------------------------------------------------------
+
+
+def progress_in(record: StageRecord) -> bool:
+    """Is this record progress (a source BOOKMARK or a forwarded `Progress`), not a change?"""
+    return isinstance(record, Progress) or getattr(record, "type", None) == BOOKMARK
+
+
+def forwarded(stage: Stage, progress: Progress) -> list[Emit]:
+    """R12.3: what a stage writes on progress: the same progress to every partition of
+    each internal topic it writes, so the next stage computes the same watermark. The
+    drivers send a `Progress` value to every partition (`to_every_partition`)."""
+    return [Emit(topic, progress.topic, progress) for topic in stage.outputs if topic in INTERNAL_TOPICS]
+
+
+def to_every_partition(emit: Emit) -> bool:
+    return isinstance(emit.value, Progress)

@@ -1,0 +1,299 @@
+"""Stage 2, keyed by the attempt's join key (the attempt key, or for a workload the
+object its pods name, SPEC R13.4): join an attempt's pods, their faults and its tracked
+resource, and keep its verdicts current (SPEC R4–R8). Verdicts are keyed by the attempt
+key (`AttemptState.identity`), whatever the state's key.
+
+The verdicts are a pure function of the state (`verdicts_of`), so the final verdict
+depends only on the set of facts seen, never on their order (R7.1). The attempt's
+current verdict is the last of them (earlier generations ride in its `reasons`, R8); the
+fold emits it whenever it differs from the last one emitted, with the next revision
+(R7.2). An identical recomputation emits nothing. So the latest record per key on the
+compacted topic is always the attempt's current verdict.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import msgspec
+
+from app.core.identity.attempt import AttemptId, pod_route
+from app.core.verdicts.child_pods import has_succeeded, is_selected
+from app.core.base.clock import after, hour_of
+from app.core.base.emit import Emit, dropped
+from app.core.stages.fleet_inputs import failure_changes, gpu_time_changes
+from app.core.verdicts.gpu_time import GpuTime, gpu_time_of
+from app.core.base.progress import Watermarks
+from app.core.verdicts.relevance import anchor_of, crd_failed_at, disrupted_within, is_relevant, pod_task_failed_at
+from app.core.base.rules import Rules
+from app.core.verdicts.classify import BaseFailure, Outcome, classify, pod_base_failure
+from app.model.facts import AttemptFact, AttributedFault, Counted, JobFacts, PodFacts
+from app.model.records import CLASSIFIED_FAILURES, ClassifiedFailure, ObjectRef
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+# R8.1: a JobSet restarted in place says nothing of why; faults may (generic, so they can).
+RESTART_FAILURE_CODE = "Unknown"
+REVISIONS_KEPT = 20  # verdict revisions kept per attempt, for its evidence
+
+
+class AttemptState(msgspec.Struct, frozen=True):
+    """One attempt's state; folds return a new one (see PodState)."""
+
+    key: str  # the join key (R13.4)
+    last_activity: datetime
+    identity: AttemptId | None = None  # which attempt: from the tracked object, or the pod task's pod
+    job: JobFacts | None = None
+    job_failed_seen_at: datetime | None = None  # R5.2: first record that showed the failure
+    restart_seen_at: dict[int, datetime] = {}  # R8.1: generation N -> when restarts passed N
+    pods: dict[str, PodFacts] = {}
+    emitted: ClassifiedFailure | None = None  # the last verdict emitted for this key
+    # Its revisions, oldest first (the last REVISIONS_KEPT): (revision, code, kind, generation, terminal, failed_at).
+    revisions: tuple[tuple[int, str, str, int, bool, datetime], ...] = ()
+    # How each of its failures counts in the fleet's rates: "<tracked uid>/<generation>" -> count.
+    counted: dict[str, Counted] = {}
+
+
+class _Verdict(msgspec.Struct, frozen=True):
+    """A verdict before it gets its revision."""
+
+    tracked: ObjectRef
+    generation: int
+    terminal: bool
+    failed_at: datetime
+    outcome: Outcome
+    carried: tuple[str, ...]
+    gpu: GpuTime  # what the failure cost: its candidate pods' GPU-seconds (issue 30)
+
+
+# --- evidence that may explain a pod's failure (R4, R5, R14) ---------------------------------
+
+
+def _relevant_faults(pods: list[PodFacts], failed_at: datetime, clamp: bool, rules: Rules) -> list[AttributedFault]:
+    relevant = []
+    for pod in pods:
+        anchor = anchor_of(pod, failed_at, clamp)
+        relevant.extend(f for f in pod.faults if is_relevant(f.fault, anchor, rules))
+    return relevant
+
+
+def _disrupted(pods: list[PodFacts], failed_at: datetime, clamp: bool, rules: Rules) -> list[PodFacts]:
+    """R14.1: the candidate pods disrupted by the cluster within their relevance interval."""
+    return [p for p in pods if p.disruption is not None and disrupted_within(p, anchor_of(p, failed_at, clamp), rules)]
+
+
+def _outcome(base: BaseFailure, pods: list[PodFacts], failed_at: datetime, child_pod_namespace: str | None, rules: Rules) -> Outcome:
+    """The verdict of one failure over its candidate pods: faults first, then disruptions
+    (verdict.classify). A child pod's anchor is clamped to the failure (R5.1)."""
+    clamp = child_pod_namespace is not None
+    relevant = _relevant_faults(pods, failed_at, clamp, rules)
+    return classify(base, relevant, _disrupted(pods, failed_at, clamp, rules), child_pod_namespace, rules.xid)
+
+
+def _child_pods(state: AttemptState, job: JobFacts, generation: int) -> list[PodFacts]:
+    # R4.2, R4.3; R4.5: deleted pods keep their last known state and still count.
+    return [p for p in state.pods.values() if is_selected(job, p, generation) and not has_succeeded(p)]
+
+
+def _carried_line(label: str, outcome: Outcome) -> str:
+    line = f"{label} failed: {outcome.code} ({outcome.kind})"
+    return f"{line}; {outcome.evidence}" if outcome.evidence else line
+
+
+# --- verdicts of a CRD task (R6, R8.1) -------------------------------------------------------
+
+
+def _crd_verdicts(state: AttemptState, job: JobFacts, rules: Rules) -> list[_Verdict]:
+    # R13.3: a workload attempt's verdict names its object (a TrainJob for its JobSet).
+    workload = job.attempt.tracked if job.attempt is not None else None
+    tracked = workload or ObjectRef(kind=job.kind, name=job.name, uid=job.uid)
+    verdicts: list[_Verdict] = []
+    carried: list[str] = []
+    for generation in sorted(g for g in state.restart_seen_at if g < job.restarts):
+        failed_at = state.restart_seen_at[generation]
+        base = BaseFailure(
+            RESTART_FAILURE_CODE, "USER", f"JobSet {job.name} restarted in place after generation {generation}"
+        )
+        pods = _child_pods(state, job, generation)
+        outcome = _outcome(base, pods, failed_at, job.namespace, rules)
+        verdicts.append(_Verdict(tracked, generation, False, failed_at, outcome, tuple(carried), gpu_time_of(pods, failed_at)))
+        carried.append(_carried_line(f"generation {generation}", outcome))
+    failed_at = crd_failed_at(job, state.job_failed_seen_at)
+    if job.failure is not None and failed_at is not None:
+        generation = job.restarts if job.kind == "JobSet" else 0
+        base = BaseFailure(job.failure.code, "USER", job.failure.message)
+        pods = _child_pods(state, job, generation)
+        outcome = _outcome(base, pods, failed_at, job.namespace, rules)
+        verdicts.append(_Verdict(tracked, generation, True, failed_at, outcome, tuple(carried), gpu_time_of(pods, failed_at)))
+    return verdicts
+
+
+# --- verdicts of a pod task (R6, R8.2) -------------------------------------------------------
+
+
+def _creation_order(pod: PodFacts) -> tuple:
+    return pod.created_at or _EPOCH, pod.name, pod.uid
+
+
+def _pod_task_verdicts(state: AttemptState, rules: Rules, bare: bool) -> list[_Verdict]:
+    # A bare pod's state holds that pod alone (its key has its uid, R13.3), whatever its labels.
+    tries = sorted((p for p in state.pods.values() if bare or not p.is_child), key=_creation_order)
+    verdicts: list[_Verdict] = []
+    carried: list[str] = []
+    for index, pod in enumerate(tries):
+        failed_at = pod_task_failed_at(pod) if pod.phase == "Failed" else None
+        if failed_at is None:
+            continue
+        outcome = _outcome(pod_base_failure(pod), [pod], failed_at, None, rules)
+        terminal = index == len(tries) - 1  # R8.2: a newer pod of the attempt makes it non-terminal
+        tracked = ObjectRef(kind="Pod", name=pod.name, uid=pod.uid)
+        verdicts.append(_Verdict(tracked, 0, terminal, failed_at, outcome, tuple(carried), gpu_time_of((pod,), failed_at)))
+        carried.append(_carried_line(f"pod {pod.name}", outcome))
+    return verdicts
+
+
+def verdicts_of(state: AttemptState, rules: Rules) -> list[_Verdict]:
+    """Every verdict the attempt's facts support now, in emission order."""
+    if state.job is not None:
+        return _crd_verdicts(state, state.job, rules)
+    ident = state.identity
+    if ident is None or ident.kind not in ("", "Pod"):
+        return []  # R13.4: a workload's pods alone are no verdict; its tracked object's failure is
+    return _pod_task_verdicts(state, rules, bare=ident.kind == "Pod")
+
+
+def _record(ident: AttemptId, verdict: _Verdict, revision: int, rules: Rules) -> ClassifiedFailure:
+    outcome = verdict.outcome
+    reasons = list(verdict.carried)
+    if outcome.evidence:
+        reasons.append(outcome.evidence)  # which evidence decided (R6.7, R14.1, R14.2)
+    labels = ident.identity == "labels"
+    return ClassifiedFailure(
+        key=ident.key,
+        cluster=ident.cluster,
+        namespace=ident.namespace,
+        identity=ident.identity,
+        run=ident.run if labels else None,
+        action=ident.action if labels else None,
+        attempt=ident.attempt if labels else None,
+        tracked=verdict.tracked,
+        generation=verdict.generation,
+        terminal=verdict.terminal,
+        failed_at=verdict.failed_at,
+        code=outcome.code,
+        kind=outcome.kind,
+        message=outcome.message,
+        gpu_fault=outcome.gpu_fault,
+        faulted_pod=outcome.faulted_pod,
+        reasons=reasons,
+        revision=revision,
+        rules_version=rules.version,
+        gpu_seconds=verdict.gpu.gpu_seconds,
+    )
+
+
+# --- the fold ------------------------------------------------------------------------------
+
+
+def _absorb(state: AttemptState, fact: AttemptFact, rules: Rules) -> tuple[AttemptState, int]:
+    """The state with `fact` taken in, and how many generations it dropped (R11.5)."""
+    last_activity = max(state.last_activity, fact.observed_at)
+    if isinstance(fact, PodFacts):
+        identity = state.identity
+        if identity is None:  # the pod may say which attempt it is (labels, a bare pod, R13.1)
+            route = pod_route(fact, rules)
+            identity = route.attempt if route is not None else None
+        return msgspec.structs.replace(state, pods={**state.pods, fact.uid: fact}, identity=identity, last_activity=last_activity), 0
+    previous = state.job
+    failed_seen_at = state.job_failed_seen_at
+    if fact.failure is not None and (previous is None or previous.failure is None) and failed_seen_at is None:
+        failed_seen_at = fact.observed_at
+    restart_seen_at, lost = state.restart_seen_at, 0
+    last_restarts = previous.restarts if previous is not None else 0
+    if fact.restarts > last_restarts:
+        # R8.1: generation N died when restarts first passed N, without the JobSet failing.
+        restart_seen_at, lost = restarts_seen(restart_seen_at, last_restarts, fact.restarts, fact.observed_at, rules)
+    state = msgspec.structs.replace(
+        state,
+        identity=fact.attempt or state.identity,  # the tracked object knows its attempt (R13.4)
+        job=fact,
+        job_failed_seen_at=failed_seen_at,
+        restart_seen_at=restart_seen_at,
+        last_activity=last_activity,
+    )
+    return state, lost
+
+
+def _may_have_failed(state: AttemptState) -> bool:
+    # Cheap gate: most facts belong to attempts that are running fine.
+    if state.job is not None:
+        return state.job.failure is not None or bool(state.restart_seen_at)
+    return any(p.phase == "Failed" for p in state.pods.values())
+
+
+def fold_attempt(
+    state: AttemptState | None, key: str, fact: AttemptFact, rules: Rules, marks: Watermarks
+) -> tuple[AttemptState, list[Emit]]:
+    if state is None:
+        state = AttemptState(key=key, last_activity=fact.observed_at)
+    state, lost = _absorb(state, fact, rules)
+    emits = dropped(DROPPED_GENERATIONS, lost)
+    if not _may_have_failed(state):
+        return state, emits
+    ident = state.identity
+    verdicts = verdicts_of(state, rules) if ident is not None else []
+    if ident is None or not verdicts:
+        return state, emits
+    counted = {f"{v.tracked.uid}/{v.generation}": _counted(v, ident) for v in verdicts}
+    if counted != state.counted:
+        emits = [
+            *emits,
+            *failure_changes(ident.cluster, ident.namespace, fact.observed_at, state.counted, counted, rules),
+            *gpu_time_changes(ident.cluster, fact.observed_at, state.counted, counted, rules),
+        ]
+        state = msgspec.structs.replace(state, counted=counted)
+    last = state.emitted
+    revision = last.revision + 1 if last is not None else 0
+    record = _record(ident, verdicts[-1], revision, rules)
+    if last is not None and msgspec.structs.replace(last, revision=revision) == record:
+        return state, emits  # R7.2: an identical recomputation emits no verdict
+    step = (record.revision, record.code, record.kind, record.generation, record.terminal, record.failed_at)
+    state = msgspec.structs.replace(state, emitted=record, revisions=(*state.revisions, step)[-REVISIONS_KEPT:])
+    return state, [Emit(CLASSIFIED_FAILURES, record.key, record), *emits]
+
+
+def _counted(v: _Verdict, ident: AttemptId) -> Counted:
+    workload_kind = v.tracked.kind if ident.identity == "workload" else ""
+    outcome = v.outcome
+    return Counted(hour_of(v.failed_at), outcome.code, outcome.kind, outcome.gpu_fault is not None, workload_kind, v.gpu.gpu_seconds, v.gpu.nodes)
+
+
+def attempt_expires_at(state: AttemptState, rules: Rules) -> datetime | None:
+    """R7.4: drop an attempt once it has ended (or all its objects are gone) and the
+    retention has passed in stream time since anything happened to it (None: not while
+    it runs)."""
+    job = state.job
+    if job is not None:
+        ended = job.failure is not None or job.completed or job.deleted
+    else:
+        ended = all(p.deleted or p.phase in ("Succeeded", "Failed") for p in state.pods.values())
+    return after(state.last_activity, rules.retention) if ended else None
+
+
+# --- R8.1 under R11.5: the generations kept per attempt ----------------------------------------
+
+DROPPED_GENERATIONS = "dropped_generations"
+
+
+def restarts_seen(seen: dict[int, datetime], last: int, restarts: int, at: datetime, rules: Rules) -> tuple[dict[int, datetime], int]:
+    """R8.1 under R11.5: `seen` (generation -> when restarts first passed it) with the
+    generations from `last` to `restarts` (exclusive) seen at `at`, keeping the latest
+    `max_generations`; and how many older generations are dropped."""
+    first = max(last, restarts - rules.max_generations)
+    seen = {g: at for g in range(first, restarts)} | seen
+    lost = first - last
+    if len(seen) > rules.max_generations:
+        oldest = sorted(seen)[-rules.max_generations]
+        lost += sum(1 for g in seen if g < oldest)
+        seen = {g: t for g, t in seen.items() if g >= oldest}
+    return seen, lost

@@ -1,0 +1,62 @@
+"""Tracked objects into the attempt stage: a stateless map from a k8s.jobs record to its
+facts, keyed by the attempt stage's key (SPEC R1, R6.1, R13.4); a JobSet goes to its
+gang as well (R9)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from app.core.identity.attempt import job_attempt
+from app.core.base.bounds import Trim
+from app.core.base.clock import require_in_range
+from app.core.base.emit import Emit
+from app.core.stages.gangs import gang_input_of
+from app.core.base.progress import Watermarks
+from app.core.base.rules import Rules
+from app.core.verdicts.classify import crd_failure_of, is_completed
+from app.model.decode import TypedEnvelope
+from app.model.envelope import ChangeType
+from app.model.facts import ATTEMPT_FACTS, AttemptId, CrdFailure, JobFacts
+from app.model.k8s import Job
+
+
+def job_facts_of(
+    change: ChangeType, observed_at: datetime, cluster: str, job: Job, attempt: AttemptId, trim: Trim, rules: Rules
+) -> JobFacts:
+    failed = crd_failure_of(job)
+    require_in_range((("the failed condition's lastTransitionTime", failed[1] if failed else None),), rules)
+    return JobFacts(
+        cluster=cluster,
+        namespace=job.metadata.namespace,
+        name=job.metadata.name,
+        uid=job.metadata.uid,
+        kind=job.kind,
+        observed_at=observed_at,
+        attempt=attempt,
+        restarts=job.status.restarts,
+        ray_cluster_name=job.status.ray_cluster_name,
+        failure=CrdFailure(trim.token(failed[0].code), trim.message(failed[0].message), failed[1]) if failed else None,
+        completed=is_completed(job),
+        deleted=change == "DELETED",
+    )
+
+
+def route_job(change: ChangeType, observed_at: datetime, cluster: str, job: Job, rules: Rules) -> list[Emit]:
+    """A tracked object goes to its attempt, under the orchestrator's labels (R1) or as a
+    workload attempt (R13); anything else has no attempt and is never classified."""
+    trim = Trim(rules)
+    routed = job_attempt(cluster, job, rules, trim)
+    if routed is None:
+        return []
+    key, attempt = routed
+    return [Emit(ATTEMPT_FACTS, key, job_facts_of(change, observed_at, cluster, job, attempt, trim, rules)), *trim.dropped()]
+
+
+def route_job_record(_: None, __: str, envelope: TypedEnvelope[Job], rules: Rules, marks: Watermarks) -> tuple[None, list[Emit]]:
+    """The jobs stage's fold for k8s.jobs: to the attempt (R1), and a JobSet to its gang (R9)."""
+    change, at, cluster, job = envelope.type, envelope.observed_at, envelope.cluster, envelope.object
+    emits = route_job(change, at, cluster, job, rules)
+    gang = gang_input_of(change, at, cluster, job, rules)
+    if gang is not None:
+        emits.append(gang)
+    return None, emits

@@ -1,0 +1,59 @@
+"""When a pod's trouble happened, and which faults and disruptions that time can blame
+(SPEC R5, R14.1)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from app.core.base.rules import Rules
+from app.model.facts import JobFacts, PodFacts
+from app.model.records import GpuFault
+
+
+def latest_finish(pod: PodFacts) -> datetime | None:
+    """The latest finishedAt among regular containers' current terminated states
+    (never init containers, never lastState, never a start time)."""
+    finished = [c.finished_at for c in pod.containers if c.terminated and c.finished_at is not None]
+    return max(finished) if finished else None
+
+
+def anchor_of(pod: PodFacts, failed_at: datetime, clamp: bool) -> datetime:
+    """R5.1: the first of the pod's last finish, its deletionTimestamp, the failure time.
+
+    A child pod's anchor is never later than the attempt's failure (a deletionTimestamp
+    is the end of the grace period and can lie in the future); a pod task's is not clamped.
+    """
+    anchor = latest_finish(pod) or pod.deletion_timestamp or failed_at
+    return min(anchor, failed_at) if clamp else anchor
+
+
+def pod_task_failed_at(pod: PodFacts) -> datetime | None:
+    """R5.2 pod task: latest container finish, else when the log first showed Failed."""
+    return latest_finish(pod) or pod.failed_observed_at
+
+
+def crd_failed_at(job: JobFacts, first_failed_observed_at: datetime | None) -> datetime | None:
+    """R5.2 CRD task: the failed condition's lastTransitionTime, else when the log first
+    showed the failure."""
+    if job.failure is not None and job.failure.at is not None:
+        return job.failure.at
+    return first_failed_observed_at
+
+
+def is_relevant(fault: GpuFault, anchor: datetime, rules: Rules) -> bool:
+    """R5.3: [first_seen, last_seen] overlaps [anchor - window, anchor + slack], inclusive.
+    An interval that ends before it starts explains nothing."""
+    if fault.last_seen < fault.first_seen:
+        return False
+    # As differences of two times: an object time at the calendar's ends cannot overflow (R11.3).
+    return fault.first_seen - anchor <= rules.slack and anchor - fault.last_seen <= rules.window
+
+
+def disrupted_within(pod: PodFacts, anchor: datetime, rules: Rules) -> bool:
+    """R14.1: the pod's DisruptionTarget condition has a reason in `disruption_reasons`
+    and its time (lastTransitionTime capped by the bridge's clock) lies inside the pod's
+    relevance interval [anchor - window, anchor + slack] (R5.3)."""
+    disruption = pod.disruption
+    if disruption is None or disruption.reason not in rules.disruption_reasons:
+        return False
+    return disruption.at - anchor <= rules.slack and anchor - disruption.at <= rules.window
