@@ -3,51 +3,16 @@ its records (DESIGN.md, "Source record")."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
-import msgspec
-
-from app.model.envelope import EVENTS, JOBS, PODS, WORKLOADS
-
-KeyRule = Literal["uid", "involved_object"]
+from app.core.kinds.base import Api
+from app.core.kinds.registry import WATCHED
 
 
-class Kind(msgspec.Struct, frozen=True):
-    """One watched resource. `versions` are tried in order: the first one the API serves
-    (a list that is not 404) is the one watched."""
-
-    name: str  # the object's kind, e.g. "PyTorchJob"
-    group: str  # "" for the core API group
-    versions: tuple[str, ...]
-    plural: str
-    topic: str  # logical source topic (the prefix is added by the sink)
-    key: KeyRule = "uid"
-    optional: bool = True  # a CRD that may not be installed; the built-in kinds always are
-
-    def api_version(self, version: str) -> str:
-        return f"{self.group}/{version}" if self.group else version
-
-    def resource(self) -> str:
-        """`plural.group`, as RBAC and kubectl name it (`pods` for the core group)."""
-        return f"{self.plural}.{self.group}" if self.group else self.plural
-
-
-KINDS: tuple[Kind, ...] = (
-    Kind("Pod", "", ("v1",), "pods", PODS, optional=False),
-    Kind("Event", "", ("v1",), "events", EVENTS, key="involved_object", optional=False),
-    Kind("RayJob", "ray.io", ("v1",), "rayjobs", JOBS),
-    Kind("PyTorchJob", "kubeflow.org", ("v1",), "pytorchjobs", JOBS),
-    Kind("TFJob", "kubeflow.org", ("v1",), "tfjobs", JOBS),
-    Kind("MPIJob", "kubeflow.org", ("v2beta1", "v1"), "mpijobs", JOBS),
-    Kind("JobSet", "jobset.x-k8s.io", ("v1alpha2",), "jobsets", JOBS),
-    # Kubeflow Trainer v2 (kubeflow/trainer manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml).
-    Kind("TrainJob", "trainer.kubeflow.org", ("v1alpha1",), "trainjobs", JOBS),
-    # Served by every API server; numerous (CronJobs make one per run): SPEC R13.2 keeps
-    # only those that request a GPU, which the rules decide, not the bridge.
-    Kind("Job", "batch", ("v1",), "jobs", JOBS, optional=False),
-    Kind("Workload", "kueue.x-k8s.io", ("v1beta2", "v1beta1"), "workloads", WORKLOADS),
-)
-
+# One watched resource: where the API serves it, its topic and key (each kind's own
+# module says it: app/core/kinds).
+Kind = Api
+KINDS: tuple[Kind, ...] = WATCHED
 KINDS_BY_NAME = {kind.name: kind for kind in KINDS}
 
 

@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.core.identity import kueue
-from app.core.stages.gangs import GangInput, fold_gang, gang_expires_at, gang_key, is_suspended
+from app.core.kinds.registry import JOBSET
+from app.core.stages.gangs import GangInput, fold_gang, gang_expires_at, gang_key
 from app.core.base.progress import NO_PROGRESS
 from app.core.base.rules import DEFAULT_RULES, Rules
 from app.model.envelope import JOBS, WORKLOADS
@@ -141,10 +142,10 @@ def test_r9_3_suspended_by_spec_or_by_newest_true_condition() -> None:
         {"type": "StartupPolicyCompleted", "status": "True", "reason": "InOrderStartupPolicyCompleted", "message": "", "lastTransitionTime": "2026-09-15T10:00:00Z"},
         {"type": "Suspended", "status": "True", "reason": "SuspendedJobs", "message": "jobset is suspended", "lastTransitionTime": "2026-09-15T10:05:00Z"},
     ]
-    assert is_suspended(msgspec.convert(js, Job))
+    assert JOBSET.suspended(msgspec.convert(js, Job))
     js["status"]["conditions"][1]["status"] = "False"
-    assert not is_suspended(msgspec.convert(js, Job))
-    assert is_suspended(msgspec.convert(jobset(suspend=True), Job))
+    assert not JOBSET.suspended(msgspec.convert(js, Job))
+    assert JOBSET.suspended(msgspec.convert(jobset(suspend=True), Job))
 
 
 def test_r9_3_eviction_before_start_keeps_the_gang_pending() -> None:

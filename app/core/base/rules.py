@@ -16,7 +16,9 @@ import msgspec
 from app.core.base.xid import DEFAULT_XID_TABLE, XidAction, XidTable
 
 # Labels set by an operator or a batch Job on the pods it creates: such a pod is a child
-# pod of a tracked CRD, never the tracked pod of a pod task (docs/rules.md).
+# pod of a tracked CRD, never the tracked pod of a pod task (docs/rules.md). The one place
+# outside app/core/kinds that spells a kind's labels: a rule setting's default must be
+# known to the rule set (R10.1); tests/unit/test_kinds.py holds it to every kind's own.
 DEFAULT_CHILD_POD_LABELS = (
     "ray.io/cluster",
     "ray.io/node-type",
@@ -36,15 +38,6 @@ DEFAULT_DISRUPTION_REASONS = (
     "EvictionByEvictionAPI",
     "DeletionByPodGC",
     "TerminationByKubelet",
-)
-
-
-# R4.2: the operator labels a child pod is selected by.
-OPERATOR_SELECTOR_LABELS = (
-    "ray.io/cluster",
-    "training.kubeflow.org/job-name",
-    "jobset.sigs.k8s.io/jobset-name",
-    "jobset.sigs.k8s.io/restart-attempt",
 )
 
 
@@ -218,11 +211,6 @@ class Rules(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True):
         """The first and last record times the rules can compute with (R11.3)."""
         return datetime.min.replace(tzinfo=timezone.utc) + self.time_margin, datetime.max.replace(tzinfo=timezone.utc) - self.time_margin
 
-    @cached_property
-    def pod_labels_read(self) -> tuple[str, ...]:
-        """The pod labels the rules read (R1 attempt keys, R4.2 operator selectors)."""
-        keys = self.labels
-        return (keys.managed, keys.run, keys.action, keys.attempt, *OPERATOR_SELECTOR_LABELS)
 
     @cached_property
     def version(self) -> str:

@@ -11,6 +11,7 @@ import msgspec
 from app.core.evidence.fault_message import ParsedMessage, parse_fault_message
 from app.core.base.rules import Rules
 from app.core.base.xid import DEFAULT_XID_TABLE, SEVERITY_RANK, XidTable
+from app.core.kinds.pod import POD
 from app.model.k8s import Event
 
 FAULT_REASONS: Final = frozenset({"GPUXidError", "GPUSXidError"})
@@ -80,7 +81,7 @@ def fault_event_of(event: Event, observed_at: datetime, table: XidTable = DEFAUL
     regarding = _regarding(event)
     if event.type != "Warning" or event.reason not in FAULT_REASONS:
         return None  # R2.1
-    if regarding is None or regarding.kind != "Pod" or not regarding.uid:
+    if regarding is None or regarding.kind != POD or not regarding.uid:
         return None  # R2.1, R2.5: an empty uid is rejected
     parsed = parse_fault_message(_message(event), table)
     if parsed is None:

@@ -12,9 +12,9 @@ from datetime import datetime
 
 import msgspec
 
-from app.core.identity import workload as w
 from app.core.base.rules import Rules
-from app.model.k8s import Condition, Workload
+from app.core.kinds import registry
+from app.model.k8s import Condition, Job, Workload
 from app.model.records import Retry
 
 # Workload condition types.
@@ -39,15 +39,7 @@ MAX_EXECUTION_TIME = "DeactivatedDueToMaximumExecutionTimeExceeded"
 USER_CAUSED = frozenset({PREEMPTION, MAX_EXECUTION_TIME})
 
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"  # kueue pkg/controller/constants/constants.go JobUIDLabel
-JOBSET_KIND = "JobSet"
-
-# The jobs whose Workloads faultline follows (Kueue's integrations of the same names,
-# pkg/controller/jobs/*): a Workload's controller ownerReference is its job. A TrainJob's
-# Workload is the TrainJob's; the gang stage reads it beside the TrainJob's JobSet.
-GANG_OWNERS = frozenset(
-    {(w.JOBSET_GROUP, w.JOBSET), (w.TRAINER_GROUP, w.TRAINJOB), (w.BATCH_GROUP, w.JOB), (w.RAY_GROUP, w.RAYJOB)}
-    | {(w.KUBEFLOW_GROUP, kind) for kind in w.KUBEFLOW_KINDS}
-)
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # the same file, QueueLabel: a job's LocalQueue
 
 
 class Eviction(msgspec.Struct, frozen=True, gc=False):
@@ -83,40 +75,59 @@ def is_true(conditions: list[Condition], type_: str) -> bool:
     return found is not None and found.status == "True"
 
 
-def jobset_uid_of(workload: Workload) -> str | None:
-    """R9.1: the `job-uid` label, else a controller ownerReference of kind JobSet.
-
-    A Workload whose controller is another kind (a batch Job, a RayJob, …) belongs to no
-    JobSet, even though Kueue labels it with that job's uid too.
-    """
-    controller = next((o for o in workload.metadata.owner_references if o.controller), None)
-    if controller is not None and controller.kind != JOBSET_KIND:
-        return None
-    labelled = workload.metadata.labels.get(JOB_UID_LABEL, "")
-    if labelled:
-        return labelled
-    return controller.uid if controller is not None and controller.uid else None
+def _labelled(labels: dict[str, str], rules: Rules) -> bool:
+    """R1, R13.1: the four orchestrator labels identify the attempt."""
+    keys = rules.labels
+    return labels.get(keys.managed) == "true" and all(labels.get(k) for k in (keys.run, keys.action, keys.attempt))
 
 
 def job_uid_of(workload: Workload, rules: Rules) -> str | None:
     """R9.1, R15.1: the uid of the job a Workload belongs to: the `job-uid` label, else its
-    controller ownerReference; only for the kinds faultline follows (`GANG_OWNERS`), and
-    a batch Job's only when its pods ask for a GPU (R13.2: the others are no attempts; a
-    CronJob's Jobs under Kueue must not keep gang state). Without `workload_identity`, a
-    JobSet's only (R9)."""
-    if not rules.workload_identity:
-        return jobset_uid_of(workload)
+    controller ownerReference; only for the kinds Kueue suspends that faultline follows,
+    and only when the job's pods ask for a GPU where that decides (a batch Job's, R13.2:
+    a CronJob's Jobs under Kueue must not keep gang state). Without `workload_identity`,
+    only a kind R9 follows under an orchestrator's labels (a JobSet): a Workload whose
+    controller is another kind belongs to no gang, though Kueue labels it with that job's
+    uid too."""
     controller = next((o for o in workload.metadata.owner_references if o.controller), None)
     if controller is not None:
-        owner = (w.group_of(controller.api_version), controller.kind)
-        if owner not in GANG_OWNERS:
+        kind = registry.kind_of(controller.api_version, controller.kind)
+        if kind is None or not kind.kueue or not (rules.workload_identity or kind.gang_under_labels):
             return None
-        if owner == (w.BATCH_GROUP, w.JOB) and not any(w.requests_gpu(s.template.spec, rules) for s in workload.spec.pod_sets):
+        if not kind.workload_requests_gpu(workload, rules):
             return None
     labelled = workload.metadata.labels.get(JOB_UID_LABEL, "")
     if labelled:
         return labelled
     return controller.uid if controller is not None and controller.uid else None
+
+
+def job_gang_uid(job: Job, rules: Rules) -> str | None:
+    """The gang a job record belongs to (R9.1, R15), by the uid Kueue's Workload names: a
+    JobSet's own under an orchestrator's labels (R9); under `workload_identity` the
+    attempt it speaks for (a TrainJob's JobSet: the TrainJob's, whose Workload names the
+    TrainJob and whose JobSet mirrors its suspension and carries its workers' status), or
+    its own for a job Kueue suspends that is a workload attempt of its own (R13.2). A
+    TrainJob's own record: none (its JobSet speaks for it)."""
+    meta = job.metadata
+    kind = registry.kind_of(job.api_version, job.kind)
+    if kind is None or not meta.uid or not kind.kueue or not kind.observed_by_gang:
+        return None
+    labelled = _labelled(meta.labels, rules)
+    owner = next((o for o in meta.owner_references if o.controller), None)
+    owner_kind = registry.kind_of(owner.api_version, owner.kind) if owner is not None else None
+    if kind.gang_under_labels:  # R9 follows it under an orchestrator's labels too
+        if rules.workload_identity and not labelled and owner is not None and owner.uid:
+            if owner_kind is not None and not owner_kind.observed_by_gang:
+                return owner.uid  # it speaks for its owner (a TrainJob's JobSet)
+        return meta.uid
+    if not rules.workload_identity or labelled:
+        return None
+    if owner_kind is not None:
+        return None  # a JobSet's Jobs, a RayJob's submitter, an MPIJob's launcher (R13.2)
+    if not kind.requests_gpu(job, rules):
+        return None  # R13.2: a Job without a GPU is no attempt
+    return meta.uid
 
 
 def is_replaced(workload: Workload) -> bool:

@@ -18,7 +18,9 @@ from datetime import datetime, timezone
 import msgspec
 
 from app.core.identity.attempt import AttemptId, pod_route
-from app.core.verdicts.child_pods import has_succeeded, is_selected
+from app.core.kinds import registry
+from app.core.kinds.pod import POD
+from app.core.verdicts.child_pods import has_succeeded
 from app.core.base.clock import after, hour_of
 from app.core.base.emit import Emit, dropped
 from app.core.stages.fleet_inputs import failure_changes, gpu_time_changes
@@ -92,7 +94,10 @@ def _outcome(base: BaseFailure, pods: list[PodFacts], failed_at: datetime, child
 
 def _child_pods(state: AttemptState, job: JobFacts, generation: int) -> list[PodFacts]:
     # R4.2, R4.3; R4.5: deleted pods keep their last known state and still count.
-    return [p for p in state.pods.values() if is_selected(job, p, generation) and not has_succeeded(p)]
+    kind = registry.kind_named(job.kind)
+    if kind is None:
+        return []
+    return [p for p in state.pods.values() if kind.selects(job, p, generation) and not has_succeeded(p)]
 
 
 def _carried_line(label: str, outcome: Outcome) -> str:
@@ -112,7 +117,7 @@ def _crd_verdicts(state: AttemptState, job: JobFacts, rules: Rules) -> list[_Ver
     for generation in sorted(g for g in state.restart_seen_at if g < job.restarts):
         failed_at = state.restart_seen_at[generation]
         base = BaseFailure(
-            RESTART_FAILURE_CODE, "USER", f"JobSet {job.name} restarted in place after generation {generation}"
+            RESTART_FAILURE_CODE, "USER", f"{job.kind} {job.name} restarted in place after generation {generation}"
         )
         pods = _child_pods(state, job, generation)
         outcome = _outcome(base, pods, failed_at, job.namespace, rules)
@@ -120,7 +125,8 @@ def _crd_verdicts(state: AttemptState, job: JobFacts, rules: Rules) -> list[_Ver
         carried.append(_carried_line(f"generation {generation}", outcome))
     failed_at = crd_failed_at(job, state.job_failed_seen_at)
     if job.failure is not None and failed_at is not None:
-        generation = job.restarts if job.kind == "JobSet" else 0
+        kind = registry.kind_named(job.kind)
+        generation = kind.generation(job) if kind is not None else 0
         base = BaseFailure(job.failure.code, "USER", job.failure.message)
         pods = _child_pods(state, job, generation)
         outcome = _outcome(base, pods, failed_at, job.namespace, rules)
@@ -146,7 +152,7 @@ def _pod_task_verdicts(state: AttemptState, rules: Rules, bare: bool) -> list[_V
             continue
         outcome = _outcome(pod_base_failure(pod), [pod], failed_at, None, rules)
         terminal = index == len(tries) - 1  # R8.2: a newer pod of the attempt makes it non-terminal
-        tracked = ObjectRef(kind="Pod", name=pod.name, uid=pod.uid)
+        tracked = ObjectRef(kind=POD, name=pod.name, uid=pod.uid)
         verdicts.append(_Verdict(tracked, 0, terminal, failed_at, outcome, tuple(carried), gpu_time_of((pod,), failed_at)))
         carried.append(_carried_line(f"pod {pod.name}", outcome))
     return verdicts
@@ -157,9 +163,9 @@ def verdicts_of(state: AttemptState, rules: Rules) -> list[_Verdict]:
     if state.job is not None:
         return _crd_verdicts(state, state.job, rules)
     ident = state.identity
-    if ident is None or ident.kind not in ("", "Pod"):
+    if ident is None or ident.kind not in ("", POD):
         return []  # R13.4: a workload's pods alone are no verdict; its tracked object's failure is
-    return _pod_task_verdicts(state, rules, bare=ident.kind == "Pod")
+    return _pod_task_verdicts(state, rules, bare=ident.kind == POD)
 
 
 def _record(ident: AttemptId, verdict: _Verdict, revision: int, rules: Rules) -> ClassifiedFailure:

@@ -65,10 +65,10 @@ from typing import Literal, NamedTuple
 import msgspec
 
 from app.core.identity import kueue
-from app.core.identity import kueue_jobs
-from app.core.identity import workload as w
-from app.core.identity.kueue_jobs import is_suspended
 from app.core.identity.attempt import gang_attempt
+from app.core.kinds import registry
+from app.core.kinds.base import COMPLETED, End, clock_of
+from app.core.kinds.jobset import JOBSET
 from app.core.base.bounds import Trim
 from app.core.base.clock import after
 from app.core.base.emit import Emit
@@ -94,7 +94,6 @@ from app.model.records import (
     StuckReadmission,
 )
 
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 TERMINAL: frozenset[GangState] = frozenset({"Ended", "Completed"})
 
 PENDING = "waiting for gang admission"
@@ -105,8 +104,6 @@ RESUMED = "resumed; running"
 DELETED = "the workload was deleted"  # R15.3
 WORKLOAD_DELETED = "WorkloadDeleted"
 
-JOBSET_KIND = "JobSet"
-COMPLETED = "Completed"
 FAILED = "Failed"
 
 
@@ -123,7 +120,7 @@ class JobSetEnd(msgspec.Struct, frozen=True, gc=False):
 
 class JobSetView(msgspec.Struct, frozen=True, gc=False):
     """One observation of the job Kueue suspends (a JobSet, a TrainJob's JobSet, a batch
-    Job, a RayJob, a Kubeflow job), reduced to what R9 and R15 read (app/core/identity/kueue_jobs.py)."""
+    Job, a RayJob, a Kubeflow job), reduced to what R9 and R15 read (each kind's own module in app/core/kinds)."""
 
     observed_at: Timestamp
     suspended: bool = False
@@ -182,13 +179,13 @@ class JobSetTrack(msgspec.Struct, frozen=True, gc=False):
     run: str | None
     action: str | None
     attempt: str | None
-    queue: str | None = None  # the kueue.x-k8s.io/queue-name label
+    queue: str | None = None  # its Kueue LocalQueue (kueue.QUEUE_LABEL)
     views: tuple[JobSetView, ...] = ()
     # R15.6: the transitions' key, identity and tracked object (app/core/identity/attempt.py gang_attempt).
     key: str = ""
     identity: Identity = "labels"
     tracked: ObjectRef | None = None
-    kind: str = JOBSET_KIND  # the observed job's kind
+    kind: str = JOBSET  # the observed job's kind
     uid: str = ""  # the observed job's uid ("": the gang's)
     # R12.7: the latest time any of its records carried (its conditions'): every change of
     # the job made before it has been read.
@@ -370,7 +367,7 @@ def gang_key(cluster: str, obj: Job | Workload, rules: Rules) -> str | None:
     UIDs are random per cluster, so a collision needs a cluster restored from another's
     backup; the cluster prefix rules even that out and costs nothing.
     """
-    uid = kueue.job_uid_of(obj, rules) if isinstance(obj, Workload) else _job_uid(obj, rules)
+    uid = kueue.job_uid_of(obj, rules) if isinstance(obj, Workload) else kueue.job_gang_uid(obj, rules)
     return f"{cluster}/{uid}" if uid else None
 
 
@@ -524,40 +521,6 @@ def gang_expires_at(state: GangStateData, rules: Rules) -> datetime | None:
 # --- Reading a JobSet ----------------------------------------------------------------
 
 
-def _labelled(labels: dict[str, str], rules: Rules) -> bool:
-    """R1, R13.1: the four orchestrator labels identify the attempt."""
-    keys = rules.labels
-    return labels.get(keys.managed) == "true" and all(labels.get(k) for k in (keys.run, keys.action, keys.attempt))
-
-
-def _job_uid(job: Job, rules: Rules) -> str | None:
-    """The gang a job record belongs to (R9.1, R15): a JobSet's own, or its TrainJob's
-    when a TrainJob controls it (the TrainJob's Workload names the TrainJob; its JobSet
-    mirrors its suspension and carries its workers' status); under `workload_identity` a
-    GPU batch Job, a RayJob or a Kubeflow job that is a workload attempt of its own
-    (R13.2), by its own uid. A TrainJob's record itself: none (its JobSet speaks for it)."""
-    meta = job.metadata
-    if not meta.uid:
-        return None
-    group = w.group_of(job.api_version)
-    if (group, job.kind) == (w.JOBSET_GROUP, JOBSET_KIND) or (not group and job.kind == JOBSET_KIND):
-        if rules.workload_identity and not _labelled(meta.labels, rules):
-            owner = next((o for o in meta.owner_references if o.controller), None)
-            if owner is not None and (w.group_of(owner.api_version), owner.kind) == (w.TRAINER_GROUP, w.TRAINJOB) and owner.uid:
-                return owner.uid
-        return meta.uid
-    if not rules.workload_identity or (group, job.kind) not in kueue.GANG_OWNERS or job.kind in (w.TRAINJOB, JOBSET_KIND):
-        return None
-    if _labelled(meta.labels, rules):
-        return None  # R9 follows JobSets only under the orchestrator's labels
-    owner = next((o for o in meta.owner_references if o.controller), None)
-    if owner is not None and (w.group_of(owner.api_version), owner.kind) in w.TRACKED_OWNERS:
-        return None  # a JobSet's Jobs, a RayJob's submitter, an MPIJob's launcher (R13.2)
-    if job.kind == w.JOB and (job.spec.template is None or not w.requests_gpu(job.spec.template.spec, rules)):
-        return None  # R13.2: a Job without a GPU is no attempt
-    return meta.uid
-
-
 def resume_after_preemption(jobset: Job, rules: Rules) -> bool:
     """R9.2: the annotation when it says "true" or "false", else the configured default."""
     value = jobset.metadata.annotations.get(rules.resume_annotation)
@@ -568,13 +531,15 @@ def _jobset_view(record: GangInput, jobset: Job, rules: Rules, trim: Trim) -> Jo
     observed_at = record.observed_at
     if record.change == "DELETED":
         return JobSetView(observed_at, deleted=True)
-    suspended = is_suspended(jobset)
-    end = _trimmed_end(kueue_jobs.end_of(jobset), trim)
-    since = kueue_jobs.end_since(jobset) if end is not None else kueue_jobs.suspension_since(jobset, suspended)
+    kind = registry.kind_of(jobset.api_version, jobset.kind)
+    assert kind is not None  # a job of a kind faultline does not know has no gang (kueue.job_gang_uid)
+    suspended = kind.suspended(jobset)
+    end = _trimmed_end(kind.end(jobset), trim)
+    since = kind.end_since(jobset) if end is not None else kind.suspension_since(jobset, suspended)
     return JobSetView(
         observed_at,
         suspended=suspended,
-        running=kueue_jobs.has_started(jobset),
+        running=kind.started(jobset),
         resume=resume_after_preemption(jobset, rules),
         await_eviction=rules.await_eviction_with_policy_off,
         end=end,
@@ -582,7 +547,7 @@ def _jobset_view(record: GangInput, jobset: Job, rules: Rules, trim: Trim) -> Jo
     )
 
 
-def _trimmed_end(end: kueue_jobs.End | None, trim: Trim) -> JobSetEnd | None:
+def _trimmed_end(end: End | None, trim: Trim) -> JobSetEnd | None:
     if end is None:
         return None
     state: GangState = "Completed" if end.state == COMPLETED else "Ended"
@@ -646,24 +611,12 @@ def _observe(state: GangStateData, record: GangInput, rules: Rules, trim: Trim) 
     return msgspec.structs.replace(state, workloads=_add_workload(state.workloads, record, record.workload, trim))
 
 
-def _gang_attempt(cluster: str, job: Job, rules: Rules, trim: Trim) -> tuple[str, Identity, ObjectRef]:
-    """R9.11, R15.6: how the job's transitions are keyed and named: a JobSet's as
-    `gang_attempt` says (labels, its own, or its TrainJob's); any other kind is a workload
-    attempt of its own (R13.3)."""
-    if job.kind == JOBSET_KIND:
-        return gang_attempt(cluster, job, rules, trim)
-    meta = job.metadata
-    attempt = w.workload_attempt(cluster, meta.namespace, job.kind, trim.token(meta.name), meta.uid)
-    assert attempt.tracked is not None  # a workload attempt names its object
-    return attempt.key, "workload", attempt.tracked
-
-
 def _add_jobset(track: JobSetTrack | None, record: GangInput, jobset: Job, rules: Rules, trim: Trim) -> JobSetTrack:
     labels = jobset.metadata.labels
     keys = rules.labels
     views = _compact(track.views if track is not None else (), _jobset_view(record, jobset, rules, trim))
-    key, identity, tracked = _gang_attempt(record.cluster, jobset, rules, trim)
-    clock = _later(track.clock if track is not None else None, _capped(kueue_jobs.clock_of(jobset), record.observed_at))
+    key, identity, tracked = gang_attempt(record.cluster, jobset, rules, trim)
+    clock = _later(track.clock if track is not None else None, _capped(clock_of(jobset), record.observed_at))
     return JobSetTrack(
         key=key,
         identity=identity,
@@ -675,7 +628,7 @@ def _add_jobset(track: JobSetTrack | None, record: GangInput, jobset: Job, rules
         run=labels.get(keys.run),
         action=labels.get(keys.action),
         attempt=labels.get(keys.attempt),
-        queue=labels.get(QUEUE_LABEL),
+        queue=labels.get(kueue.QUEUE_LABEL),
         views=views,
         clock=clock,
     )
@@ -1042,7 +995,7 @@ def _cause(evicted: kueue.Classified | None) -> EvictionCause:
     return EvictionCause(reason=evicted.reason, detail=evicted.detail, message=evicted.message, underlying_cause=evicted.underlying)
 
 
-def _jobset_ended(end: JobSetEnd, at: datetime, kind: str = JOBSET_KIND) -> Status:
+def _jobset_ended(end: JobSetEnd, at: datetime, kind: str = JOBSET) -> Status:
     """R9.10, R15.3: Completed → Completed; Failed → Ended, its code the condition's reason (R6.1)."""
     word = "completed" if end.state == "Completed" else "failed"
     what = kind.lower()
@@ -1064,12 +1017,12 @@ def _transition(state: GangStateData, old: Status | None, new: Status, rules: Ru
         cluster=state.cluster,
         namespace=track.namespace,
         identity=identity,
-        jobset=PodRef(name=track.name, uid=track.uid or state.uid) if track.kind == JOBSET_KIND else None,
+        jobset=PodRef(name=track.name, uid=track.uid or state.uid) if track.kind == JOBSET else None,
         workload=new.workload,
         run=track.run if identity == "labels" else None,
         action=track.action if identity == "labels" else None,
         attempt=track.attempt if identity == "labels" else None,
-        tracked=track.tracked or ObjectRef(kind=JOBSET_KIND, name=track.name, uid=state.uid),
+        tracked=track.tracked or ObjectRef(kind=JOBSET, name=track.name, uid=state.uid),
         queue=track.queue,
         from_=old.state if old is not None else "Pending",
         to=new.state,

@@ -13,7 +13,7 @@ from app.core.base.emit import Emit
 from app.core.stages.gangs import gang_input_of
 from app.core.base.progress import Watermarks
 from app.core.base.rules import Rules
-from app.core.verdicts.classify import crd_failure_of, is_completed
+from app.core.kinds import registry
 from app.model.decode import TypedEnvelope
 from app.model.envelope import ChangeType
 from app.model.facts import ATTEMPT_FACTS, AttemptId, CrdFailure, JobFacts
@@ -23,8 +23,10 @@ from app.model.k8s import Job
 def job_facts_of(
     change: ChangeType, observed_at: datetime, cluster: str, job: Job, attempt: AttemptId, trim: Trim, rules: Rules
 ) -> JobFacts:
-    failed = crd_failure_of(job)
-    require_in_range((("the failed condition's lastTransitionTime", failed[1] if failed else None),), rules)
+    kind = registry.kind_of(job.api_version, job.kind)
+    assert kind is not None  # a job of a kind faultline does not know has no attempt (attempt.job_attempt)
+    failed = kind.failure(job)
+    require_in_range((("the failed condition's lastTransitionTime", failed.at if failed else None),), rules)
     return JobFacts(
         cluster=cluster,
         namespace=job.metadata.namespace,
@@ -35,8 +37,8 @@ def job_facts_of(
         attempt=attempt,
         restarts=job.status.restarts,
         ray_cluster_name=job.status.ray_cluster_name,
-        failure=CrdFailure(trim.token(failed[0].code), trim.message(failed[0].message), failed[1]) if failed else None,
-        completed=is_completed(job),
+        failure=CrdFailure(trim.token(failed.code), trim.message(failed.message), failed.at) if failed else None,
+        completed=kind.completed(job),
         deleted=change == "DELETED",
     )
 

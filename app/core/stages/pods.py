@@ -34,7 +34,8 @@ from app.core.stages.fleet_inputs import fault_changes
 from app.core.verdicts.gpu_time import gpus_requested, started_at_of
 from app.core.base.progress import Watermarks
 from app.core.base.rules import Rules
-from app.core.identity.workload import WORKLOAD_POD_LABELS, controller_of, joining_controller, requests_gpu
+from app.core.kinds import registry
+from app.core.kinds.base import controller_of, requests_gpu
 from app.core.base.xid import XidTable
 from app.model.decode import TypedEnvelope
 from app.model.envelope import ChangeType
@@ -127,7 +128,7 @@ def pod_facts_of(
         labels=_labels_read(labels, rules),
         is_child=is_child_pod(labels, rules),
         controlled=controller is not None,
-        owner=joining_controller(controller),
+        owner=registry.joined_by_owner(controller),
         requests_gpu=requests_gpu(pod.spec, rules),
         primary_container=declared_primary(meta.annotations),
         containers=_containers(pod, trim),
@@ -164,7 +165,7 @@ def _labels_read(labels: dict[str, str], rules: Rules) -> dict[str, str]:
     """Only the labels the rules read (R1, R4.2, R13.4): the rest may be many, and long."""
     if not labels:
         return {}
-    return {k: labels[k] for keys in (rules.pod_labels_read, WORKLOAD_POD_LABELS) for k in keys if k in labels}
+    return {k: labels[k] for k in registry.pod_labels_read(rules.labels) if k in labels}
 
 
 def gpu_fault_of(event: FaultEvent, pod_name: str, node: str, table: XidTable) -> GpuFault:

@@ -15,7 +15,6 @@ import msgspec
 from app.core.evidence.device_health import GPU_UNHEALTHY
 from app.core.base.xid import DEFAULT_XID_TABLE, XidTable
 from app.model.facts import AttributedFault, ContainerFacts, PodFacts
-from app.model.k8s import Job
 from app.model.records import DEVICE_HEALTH, ErrorKind, GpuFault, NamespacedRef, Severity
 
 SYSTEM_POD_REASONS: Final = frozenset({"Shutdown", "Terminated", "NodeShutdown", "NodeAffinity"})
@@ -94,37 +93,6 @@ def pod_base_failure(pod: PodFacts) -> BaseFailure:
         if failure is not None:
             return failure
     return BaseFailure("Interrupted", "SYSTEM", pod.message or "pod failed although its containers exited 0")
-
-
-def _true_condition(job: Job, type_: str):
-    return next((c for c in job.status.conditions if c.type == type_ and c.status == "True"), None)
-
-
-def crd_failure_of(job: Job) -> tuple[BaseFailure, datetime | None] | None:
-    """R6.1 CRDs, R13.5 batch Jobs: (base failure, the failed condition's
-    lastTransitionTime or None). A batch/v1 Job's `Failed` reasons are
-    BackoffLimitExceeded, DeadlineExceeded, PodFailurePolicy, MaxFailedIndexesExceeded,
-    FailedIndexes (kubernetes/api batch/v1/types.go, JobReason*); its earlier
-    `FailureTarget` condition is not the failure yet."""
-    if job.kind == "RayJob":
-        failed = _true_condition(job, "Failed")
-        status = job.status
-        if failed is None and status.job_deployment_status != "Failed" and status.job_status != "FAILED":
-            return None
-        message = status.message or (failed.message if failed else "")
-        # R5.2: its failed condition's time, else the RayJob's own endTime (R12.7: not when a burst delivered it).
-        return BaseFailure(status.reason or "RayJobFailed", "USER", message), (failed.last_transition_time if failed else status.end_time)
-    failed = _true_condition(job, "Failed")
-    if failed is None:
-        return None
-    return BaseFailure(failed.reason or "Failed", "USER", failed.message), failed.last_transition_time
-
-
-def is_completed(job: Job) -> bool:
-    if job.kind == "RayJob":
-        return job.status.job_status == "SUCCEEDED" or job.status.job_deployment_status == "Complete"
-    # Kubeflow `Succeeded`, JobSet `Completed`, batch/v1 Job `Complete` (kubernetes/api batch/v1/types.go JobComplete).
-    return any(_true_condition(job, type_) is not None for type_ in ("Succeeded", "Completed", "Complete"))
 
 
 # --- R6.3–R6.7 faults, R14.2 device health --------------------------------------------------

@@ -1,0 +1,86 @@
+"""RayJob (`ray.io/v1`, ray-project/kuberay ray-operator/apis/ray/v1/rayjob_types.go): the
+tracked resource under an orchestrator's labels (SPEC R1) or a workload attempt (R13).
+Its pods belong to its RayCluster and name only the cluster (`ray.io/cluster`), so the
+attempt stage meets them under the cluster's key (R13.4). Kueue suspends it (R15)."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from app.core.base.bounds import Trim
+from app.core.base.rules import Rules
+from app.core.kinds.base import COMPLETED, ENDED, FAILED, Api, End, Route, WorkloadKind, _part, true_condition
+from app.model.envelope import JOBS
+from app.model.facts import AttemptId, CrdFailure, JobFacts, PodFacts
+from app.model.k8s import Job
+
+RAYJOB: Final = "RayJob"
+GROUP: Final = "ray.io"
+RAY_CLUSTER_KIND: Final = "RayCluster"
+# ray-operator/controllers/ray/utils/constant.go RayClusterLabelKey: on every pod of a
+# RayCluster (common/pod.go labelPod); a RayJob's cluster is its status.rayClusterName.
+RAY_CLUSTER: Final = "ray.io/cluster"
+# rayjob_types.go JobDeploymentStatus
+RUNNING: Final = "Running"
+COMPLETE: Final = "Complete"
+DEPLOYMENT_FAILED: Final = "Failed"
+JOB_FAILED: Final = "FAILED"  # rayjob_types.go JobStatusFailed
+JOB_SUCCEEDED: Final = "SUCCEEDED"
+
+
+def ray_cluster_key(cluster: str, namespace: str, name: str) -> str:
+    """R13.4: where a RayJob and its cluster's pods meet (a pod names only its cluster)."""
+    return f"{cluster}/{_part('namespace', namespace)}/{RAY_CLUSTER_KIND}/{_part('RayCluster name', name)}"
+
+
+class RayJob(WorkloadKind):
+    api = Api(RAYJOB, GROUP, ("v1",), "rayjobs", JOBS)
+    tracked_under_labels = True
+    kueue = True
+    pod_labels = (RAY_CLUSTER,)
+    # common/pod.go labelPod: the cluster, the node type, the CRD the cluster came from.
+    child_pod_labels = (RAY_CLUSTER, "ray.io/node-type", "ray.io/originated-from-crd")
+
+    def join_key(self, cluster: str, job: Job, attempt: AttemptId, trim: Trim) -> str | None:
+        """Its RayCluster's key; none while it has no cluster of its own yet, or when it runs
+        on an existing RayCluster whose pods belong to the cluster, not to this job
+        (docs/rules.md)."""
+        ray_cluster = trim.token(job.status.ray_cluster_name)
+        if job.spec.cluster_selector or not ray_cluster:
+            return None
+        return ray_cluster_key(cluster, job.metadata.namespace, ray_cluster)
+
+    def route_pod(self, pod: PodFacts, rules: Rules) -> Route | None:
+        name = pod.labels.get(RAY_CLUSTER)
+        return Route(ray_cluster_key(pod.cluster, pod.namespace, name), None) if name else None
+
+    def selects(self, job: JobFacts, pod: PodFacts, generation: int) -> bool:
+        """R4.2: its cluster's pods; while the cluster name is empty no pod exists yet."""
+        if pod.namespace != job.namespace or not pod.is_child:
+            return False
+        return bool(job.ray_cluster_name) and pod.labels.get(RAY_CLUSTER) == job.ray_cluster_name
+
+    def failure(self, job: Job) -> CrdFailure | None:
+        """R6.1: `status.reason` (else `RayJobFailed`), dated by a Failed condition if any,
+        else the RayJob's own `status.endTime` (R5.2, R12.7)."""
+        failed = true_condition(job.status.conditions, FAILED)
+        status = job.status
+        if failed is None and status.job_deployment_status != DEPLOYMENT_FAILED and status.job_status != JOB_FAILED:
+            return None
+        message = status.message or (failed.message if failed else "")
+        return CrdFailure(status.reason or "RayJobFailed", message, failed.last_transition_time if failed else status.end_time)
+
+    def completed(self, job: Job) -> bool:
+        return job.status.job_status == JOB_SUCCEEDED or job.status.job_deployment_status == COMPLETE
+
+    def started(self, job: Job) -> bool:
+        return job.status.job_deployment_status == RUNNING  # Kueue's PodsReady for the kind
+
+    def end(self, job: Job) -> End | None:
+        """Kueue's Finished for a RayJob: the deployment status."""
+        status = job.status
+        if status.job_deployment_status == COMPLETE:
+            return End(COMPLETED, status.job_status or COMPLETE, status.message)
+        if status.job_deployment_status == DEPLOYMENT_FAILED:
+            return End(ENDED, status.reason or "RayJobFailed", status.message)
+        return None
