@@ -12,8 +12,9 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from app.core.identity.attempt import attempt_name as _attempt_name
-from app.core.fleet.fold import fault_label
-from app.core.fleet.summary import CostRow, FleetSummary, SourceRow
+from app.core.fleet.states import fault_label
+from app.core.fleet.costs import CostRow
+from app.core.fleet.summary import FleetSummary, SourceRow
 from app.model.records import ClassifiedFailure, GangTransition, GpuFault
 from app.replay.diff import Cost, Diff, moved_gpu_seconds
 

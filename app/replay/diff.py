@@ -17,7 +17,7 @@ from collections.abc import Iterable
 import msgspec
 
 from app.core.identity.attempt import attempt_name
-from app.core.fleet.fold import fault_label
+from app.core.fleet.states import fault_label
 from app.model.fleet_records import DerivedRecord
 from app.model.records import CLASSIFIED_FAILURES, DEVICE_HEALTH, ClassifiedFailure, DeadLetter, Fault, GangTransition, GpuFault
 from app.model import records_v1

@@ -11,7 +11,8 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from app.core.fleet.summary import candidate_rows, failure_rows, fleet_summary, gpu_cost, gpu_rows, node_rows, queue_rows, recent_verdicts
+from app.core.fleet.costs import gpu_cost
+from app.core.fleet.summary import candidate_rows, failure_rows, fleet_summary, gpu_rows, node_rows, queue_rows, recent_verdicts
 from app.core.fleet.view import FleetView
 from app.web.metrics import CONTENT_TYPE, render_metrics
 from app.web.page import PAGE

@@ -344,7 +344,7 @@ def test_state_is_bounded_by_the_history_in_stream_time() -> None:
 
 def test_no_state_grows_with_the_fleet() -> None:
     """A flood of critical faults on one node keeps its state bounded (HITS_KEPT)."""
-    from app.core.fleet.fold import HITS_KEPT
+    from app.core.fleet.states import HITS_KEPT
 
     state, _ = run([fault(f"ev-{i}", first_seen=T0 + minutes(i / 10)) for i in range(500)])
     node = state.states["prod-a/node/gpu-17"]

@@ -11,7 +11,8 @@ import orjson
 import pytest
 
 from app.core.fleet.read_model import FleetState, read
-from app.core.fleet.summary import cost_by_code, cost_by_namespace, cost_by_node, fleet_summary
+from app.core.fleet.costs import cost_by_code, cost_by_namespace, cost_by_node
+from app.core.fleet.summary import fleet_summary
 from app.core.verdicts.gpu_time import MAX_GPUS_PER_POD
 from app.model.fleet_records import FAILURE_RATES, NODE_GPU_TIME
 from app.model.records import CLASSIFIED_FAILURES, GANG_TRANSITIONS, ClassifiedFailure

@@ -10,7 +10,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from app.core.fleet.fold import FailureStats, GpuTimeStats, RateStats, _horizon_at, fleet_expires_at
+from app.core.fleet.fold import fleet_expires_at
+from app.core.fleet.states import FailureStats, GpuTimeStats, RateStats, horizon_at
 from app.core.base.rules import DEFAULT_FLEET, DEFAULT_RULES, Rules
 from app.core.engine.runner import KeyTimes, Scope
 from app.core.engine.topology import STAGES
@@ -106,8 +107,8 @@ def test_r7_4_an_hourly_fleet_state_expires_when_its_hour_leaves_the_history() -
         at = fleet_expires_at(state, SHORT)
         assert at is not None
         tick = timedelta(microseconds=1)
-        assert not state.hour < _horizon_at(at - tick, fleet.history_hours)  # still kept a moment before
-        assert state.hour < _horizon_at(at, fleet.history_hours)
+        assert not state.hour < horizon_at(at - tick, fleet.history_hours)  # still kept a moment before
+        assert state.hour < horizon_at(at, fleet.history_hours)
 
 
 def test_r7_4_a_key_whose_time_moves_is_due_at_its_latest_time_only() -> None:

@@ -7,7 +7,6 @@ docs/rules.md (*Bounded state*) explains which faults are kept and why.
 
 from __future__ import annotations
 
-from datetime import datetime
 
 from app.core.base.emit import Emit, dropped
 from app.core.base.rules import Rules

@@ -11,7 +11,7 @@ a person looks at. No I/O and no clock.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, Literal
 
 import msgspec
@@ -19,9 +19,9 @@ import msgspec
 from app.core.identity.attempt import attempt_name
 from app.core.base.emit import Emit
 from app.core.base.clock import hour_of
-from app.core.fleet.fold import fault_label
 from app.core.stages.fleet_inputs import gpu_id
 from app.core.base.rules import DEFAULT_FLEET, FleetSettings
+from app.core.fleet.states import fault_label, horizon
 from app.model.fleet_records import (
     FailureRate,
     GangQueue,
@@ -133,11 +133,6 @@ def _keep(state: FleetState, name: HourlyTable, table: dict, key: str, record: A
         state.hour_keys.setdefault(record.cluster, {}).setdefault(record.hour, []).append((name, key))
     table[key] = record
     _advance(state, record.cluster, at, settings)
-
-
-def horizon(at: datetime, settings: FleetSettings) -> datetime:
-    """The oldest hour the history keeps at `at`."""
-    return hour_of(at) - timedelta(hours=settings.history_hours - 1)
 
 
 def _advance(state: FleetState, cluster: str, at: datetime, settings: FleetSettings) -> None:

@@ -7,7 +7,6 @@ cluster (R14.1); a warning fault (an Unknown device health too) is data only."""
 from __future__ import annotations
 
 import re
-from datetime import datetime
 from typing import Final
 
 import msgspec
