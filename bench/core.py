@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 
 from app.model.decode import decode_source
-from app.replay.pipeline import Pipeline
+from app.embedded.pipeline import Pipeline
 from bench.tracegen import generate
 
 

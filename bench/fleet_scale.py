@@ -42,7 +42,7 @@ from app.core.fleet.summary import FleetSummary
 from app.core.fleet.view import LiveFleet
 from app.core.base.rules import DEFAULT_RULES, Rules
 from app.core.engine.topology import Stage
-from app.replay.pipeline import Pipeline
+from app.embedded.pipeline import Pipeline
 from app.replay.trace import read_lines
 from app.core.engine.runner import Out, Write, encoded
 from app.stream.codecs import COMPRESS_OVER, Entry, Position, Sent, encode

@@ -44,7 +44,7 @@ from trace_gen import generate, write_trace  # noqa: E402
 from app.core.engine.topology import OUTPUT_TOPICS  # noqa: E402
 from app.model.fleet_records import DERIVED_TOPICS  # noqa: E402
 from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, GANG_TRANSITIONS  # noqa: E402
-from app.replay.pipeline import Pipeline  # noqa: E402
+from app.embedded.pipeline import Pipeline  # noqa: E402
 from app.replay.trace import read_lines, replay  # noqa: E402
 from app.stream.codecs import encode  # noqa: E402
 from bench.broker import kafka  # noqa: E402

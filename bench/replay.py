@@ -17,7 +17,7 @@ from pathlib import Path
 
 import orjson
 
-from app.replay.pipeline import Pipeline
+from app.embedded.pipeline import Pipeline
 from bench.tracegen import generate
 
 

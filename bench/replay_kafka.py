@@ -17,7 +17,7 @@ from pathlib import Path
 from kafka import KafkaProducer
 
 from app.kafka.topics import create_topics
-from app.replay.pipeline import Pipeline
+from app.embedded.pipeline import Pipeline
 from app.settings import load
 from bench.broker import kafka
 from bench.tracegen import generate

@@ -1,4 +1,4 @@
-"""The cost of `faultline run`'s event log (app/embedded/event_log.py) and of its fsync policy.
+"""The cost of `faultline run`'s event log (app/run/event_log.py) and of its fsync policy.
 
     python -m bench.run_log [--records N] [--dir DIR] [--smoke]
 
@@ -32,8 +32,8 @@ from pathlib import Path
 import orjson
 
 from app.bridge.sinks import trace_line
-from app.embedded.event_log import EventLog
-from app.replay.pipeline import Pipeline
+from app.run.event_log import EventLog
+from app.embedded.pipeline import Pipeline
 from app.replay.trace import feed_line
 from bench.tracegen import generate
 

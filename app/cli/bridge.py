@@ -32,7 +32,7 @@ from app.settings import SettingsError
 
 if TYPE_CHECKING:
     from app.core.base.rules import Rules
-    from app.embedded.run_state import RunState
+    from app.run.run_state import RunState
 
 KAFKA = [*KAFKA_CONNECTION, "replication", "log_level"]
 LOGGING = ["log_level"]
@@ -243,8 +243,8 @@ def run_live(args: argparse.Namespace) -> int:
         return _fail(str(exc), 2)
     rules = rules_from_args(args)  # a bad rule file: exit 2 naming it, before anything starts
     _setup_logging(kafka.log_level)
-    from app.embedded.event_log import LogError
-    from app.embedded.run_state import RunState, StateError, default_state_dir
+    from app.run.event_log import LogError
+    from app.run.run_state import RunState, StateError, default_state_dir
     from app.replay.trace import encode_output
 
     try:
@@ -283,9 +283,9 @@ def run_live(args: argparse.Namespace) -> int:
 def _run_on(api: Any, state: RunState, printer: LivePrinter, rules: Rules, watch: BridgeSettings, args: argparse.Namespace) -> int:
     """Replay the event log (into --out; printed only what an earlier run had not printed
     yet), then watch from the saved positions."""
-    from app.embedded.pipeline_sink import PipelineSink
-    from app.embedded.resume import resume
-    from app.replay.pipeline import Pipeline
+    from app.run.pipeline_sink import PipelineSink
+    from app.run.resume import resume
+    from app.embedded.pipeline import Pipeline
 
     pipeline = Pipeline(rules)
     resumed = resume(state, pipeline, printer.keep, printer.show)

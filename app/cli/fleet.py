@@ -35,7 +35,7 @@ from app.core.fleet.view import LiveFleet, Watermark
 from app.core.base.rules import DEFAULT_FLEET, Rules
 from app.model.fleet_records import DERIVED_TOPICS
 from app.model.records import DEAD_LETTER
-from app.replay.pipeline import Pipeline
+from app.embedded.pipeline import Pipeline
 from app.replay.trace import encode_output, read_lines, replay
 
 

@@ -19,7 +19,7 @@ from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, ClassifiedFailur
 from app.replay.diff import Verdict, final_verdicts
 from app.replay.kafka_history import HistoryError, KafkaHistory
 from app.replay.kafka_replay import Progress, TopicSink, replay_history
-from app.replay.pipeline import Pipeline
+from app.embedded.pipeline import Pipeline
 from app.replay.trace import encode_output
 
 

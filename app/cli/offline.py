@@ -32,7 +32,7 @@ from app.model.records import (
     GangTransition,
 )
 from app.replay.diff import ReplayRecord, cost_of, diff, final_verdicts
-from app.replay.pipeline import Pipeline
+from app.embedded.pipeline import Pipeline
 from app.replay.trace import OutputLine, encode_output, read_lines, replay
 from app.rulefile import rules_document
 from app.core.fleet.view import LiveFleet

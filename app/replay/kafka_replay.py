@@ -15,7 +15,7 @@ from kafka.errors import KafkaError, TopicAlreadyExistsError
 from app.core.base.emit import Emit
 from app.core.base.rules import Rules
 from app.replay.kafka_history import HistoryError, KafkaHistory
-from app.replay.pipeline import Pipeline
+from app.embedded.pipeline import Pipeline
 from app.kafka import clients
 from app.kafka.topics import TOPICS, admin_client
 from app.settings import Settings

@@ -11,7 +11,7 @@ import msgspec
 from app.core.base.dead_letters import dead_letter
 from app.core.base.emit import Emit
 from app.model.decode import BadRecord, decode_trace_line, parse_trace_line
-from app.replay.pipeline import Pipeline
+from app.embedded.pipeline import Pipeline
 
 NOT_A_RECORD = "(not a trace record)"  # the topic counted for a line that is not a record
 

@@ -92,7 +92,7 @@ def test_issue_29_a_preemption_during_an_outage_is_seen_or_reconstructed_and_its
     seen, with the wait Kueue's own (the Workload's Evicted to Admitted condition times),
     or, where a relist folded the eviction away, as an eviction reconstructed from Kueue's
     count of it — never as nothing having happened."""
-    from app.replay.pipeline import Pipeline
+    from app.embedded.pipeline import Pipeline
     from app.replay.trace import read_lines, replay
     from tests.unit.gang_builders import GangWorld, with_eviction_counts
 

@@ -21,7 +21,7 @@ from app.cli import bridge as bridge_cli
 from app.cli import main as cli_main
 from app.model.envelope import TraceLine
 from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER
-from app.replay.pipeline import Pipeline
+from app.embedded.pipeline import Pipeline
 from app.replay.trace import read_lines, replay
 from tests.bridge.helpers import CLUSTER, apply_story, pod, source_lines, wait_for, watched_changes
 from tests.unit import builders, stories

@@ -37,7 +37,7 @@ from app.model.fleet_records import (
     PreemptionWait,
     QuarantineCandidate,
 )
-from app.replay.pipeline import Pipeline
+from app.embedded.pipeline import Pipeline
 from app.replay.trace import encode_output, read_lines, replay
 from tests.fleet.driver import run
 from tests.fleet.records import (

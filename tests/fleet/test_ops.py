@@ -283,7 +283,7 @@ def test_grafana_counts_failed_attempts_not_revisions() -> None:
     _, samples = promtext.parse(render_metrics(view))
     attempts = sum(value for (name, _), value in samples.items() if name == "faultline_failed_attempts")
     from app.model.records import CLASSIFIED_FAILURES
-    from app.replay.pipeline import Pipeline
+    from app.embedded.pipeline import Pipeline
     from app.replay.trace import read_lines, replay
 
     mixed = ROOT / "examples" / "traces" / "mixed.jsonl"

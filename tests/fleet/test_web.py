@@ -12,7 +12,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from app.cli.fleet import pipeline_evidence, replay_counted
 from app.core.fleet.view import Lag, LiveFleet, Watermark
-from app.replay.pipeline import Pipeline
+from app.embedded.pipeline import Pipeline
 from app.replay.trace import read_lines
 from app.stream.lag import consumer_lag
 from app.web.faust_mount import mount

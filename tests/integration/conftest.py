@@ -353,7 +353,7 @@ class Outputs:
         """The oracle: `faultline replay [--rules FILE]`'s pipeline over the same trace, in one process."""
         from app.model.envelope import SOURCE_TOPICS
         from app.model.records import DEAD_LETTER
-        from app.replay.pipeline import Pipeline
+        from app.embedded.pipeline import Pipeline
         from app.replay.trace import read_lines, replay
         from app.rulefile import load_rules
         from app.stream.codecs import encode

@@ -19,7 +19,7 @@ from app.core.identity.attempt import attempt_of
 from app.core.stages.pods import pod_key
 from app.core.base.rules import DEFAULT_RULES
 from app.model.records import CLASSIFIED_FAILURES
-from app.replay.pipeline import Pipeline
+from app.embedded.pipeline import Pipeline
 from app.replay.trace import read_lines, replay
 
 

@@ -15,7 +15,7 @@ import orjson
 from app.cli.fleet import pipeline_evidence, replay_counted
 from app.core.fleet.view import LiveFleet
 from app.model.fleet_records import DERIVED_TOPICS, QUARANTINE_CANDIDATES
-from app.replay.pipeline import Pipeline
+from app.embedded.pipeline import Pipeline
 from app.replay.trace import encode_output, read_lines
 
 MIXED = Path(__file__).resolve().parents[2] / "examples" / "traces" / "mixed.jsonl"

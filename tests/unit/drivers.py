@@ -7,7 +7,7 @@ then run once per driver (the `driver` fixture, tests/unit/conftest.py)."""
 from __future__ import annotations
 
 from app.core.base.rules import DEFAULT_RULES, Rules
-from app.replay.pipeline import Pipeline
+from app.embedded.pipeline import Pipeline
 
 DRIVERS = ("memory", "wire")
 current = "memory"

@@ -24,7 +24,7 @@ from app.core.base.rules import Rules
 from app.model.envelope import JOBS, WORKLOADS, Envelope, TraceLine
 from app.model.k8s import Job, Workload
 from app.model.records import GANG_TRANSITIONS
-from app.replay.pipeline import Pipeline
+from app.embedded.pipeline import Pipeline
 from tests.unit.drivers import new_pipeline
 
 Line = dict[str, Any]  # one trace line: {"topic", "key", "value": envelope}

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from app.core.base.emit import Emit
-from app.replay.pipeline import Pipeline
+from app.embedded.pipeline import Pipeline
 from tests.unit import builders as b
 
 Records = list[dict[str, Any]]

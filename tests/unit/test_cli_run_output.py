@@ -13,7 +13,7 @@ import msgspec
 from app.cli.live_output import HEADER, LivePrinter
 from app.core.base.emit import Emit
 from app.model.records import CLASSIFIED_FAILURES, GANG_TRANSITIONS
-from app.replay.pipeline import Pipeline
+from app.embedded.pipeline import Pipeline
 from app.replay.trace import encode_output, read_lines, replay
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,7 +8,7 @@ import pytest
 from app.core.base import xid
 from app.core.base.rules import Rules
 from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER
-from app.replay.pipeline import Pipeline
+from app.embedded.pipeline import Pipeline
 from tests.unit.builders import T0, attempt_labels, condition, kubeflow, minutes, pod, record, running, terminated, updated
 from tests.unit.drivers import new_pipeline
 from tests.unit.scenario import only_verdict, run

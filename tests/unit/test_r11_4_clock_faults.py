@@ -15,7 +15,7 @@ from app.core.base.rules import Rules
 from app.core.engine.topology import STAGE_OF
 from app.model.envelope import PODS
 from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER
-from app.replay.pipeline import Pipeline
+from app.embedded.pipeline import Pipeline
 from tests.unit import builders as b
 from tests.unit import hostile
 from tests.unit.drivers import new_pipeline

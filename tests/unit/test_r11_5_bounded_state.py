@@ -16,7 +16,7 @@ from app.core.evidence.fault_events import FaultEvent
 from app.core.evidence.fault_message import ParsedMessage
 from app.core.base.rules import DEFAULT_RULES, Rules
 from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, FAULTS
-from app.replay.pipeline import Pipeline
+from app.embedded.pipeline import Pipeline
 from tests.unit import builders as b
 from tests.unit import hostile
 from tests.unit.drivers import new_pipeline

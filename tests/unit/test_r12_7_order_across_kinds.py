@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from app.core.base.emit import Emit
 from app.core.base.rules import Rules
 from app.model.records import CLASSIFIED_FAILURES, FAULTS, GANG_TRANSITIONS
-from app.replay.pipeline import Pipeline
+from app.embedded.pipeline import Pipeline
 from tests.unit.gang_builders import Line
 from tests.unit.gang_stories import STORIES
 

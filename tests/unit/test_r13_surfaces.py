@@ -16,7 +16,7 @@ from app.core.base.emit import Emit
 from app.core.fleet.read_model import FleetState, read
 from app.model.records import CLASSIFIED_FAILURES, ClassifiedFailure
 from app.model.records_v1 import ClassifiedFailure as ClassifiedFailureV1
-from app.replay.pipeline import Pipeline
+from app.embedded.pipeline import Pipeline
 from app.replay.trace import read_lines, replay
 
 ROOT = Path(__file__).resolve().parents[2]

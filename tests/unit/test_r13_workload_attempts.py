@@ -14,7 +14,7 @@ from app.model.facts import ATTEMPT_FACTS
 from app.model.records import CLASSIFIED_FAILURES, FAULTS, GANG_TRANSITIONS, ClassifiedFailure
 from app.model.records_v1 import ClassifiedFailure as ClassifiedFailureV1
 from app.model.records_v1 import upgraded
-from app.replay.pipeline import Pipeline
+from app.embedded.pipeline import Pipeline
 from tests.unit import builders as b
 from tests.unit.builders import T0, condition, event, minutes, owned_by, owner, pod, record, running, terminated, updated
 from tests.unit.drivers import new_pipeline

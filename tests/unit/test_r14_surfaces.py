@@ -23,7 +23,7 @@ from app.model import records_v1
 from app.model.fleet_records import GPU_FAULT_RATES, NODE_FAULT_RATES, GpuFaultRate, NodeFaultRate
 from app.model.records import CLASSIFIED_FAILURES, FAULTS, Fault
 from app.replay.diff import ReplayRecord
-from app.replay.pipeline import Pipeline
+from app.embedded.pipeline import Pipeline
 from app.replay.trace import OutputLine, read_lines, replay
 from app.web.page import PAGE
 

@@ -15,7 +15,7 @@ from app.core.fleet.states import FailureStats, GpuTimeStats, RateStats, horizon
 from app.core.base.rules import DEFAULT_FLEET, DEFAULT_RULES, Rules
 from app.core.engine.runner import KeyTimes, Scope
 from app.core.engine.topology import STAGES
-from app.replay.pipeline import Pipeline
+from app.embedded.pipeline import Pipeline
 from app.replay.trace import read_lines, replay
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "traces"

@@ -15,7 +15,7 @@ from app.core.engine.topology import STAGE_OF, STAGES
 from app.model.envelope import SOURCE_TOPICS
 from app.model.facts import INTERNAL_TOPICS
 from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, FAULTS, GANG_TRANSITIONS
-from app.replay.pipeline import Pipeline
+from app.embedded.pipeline import Pipeline
 from app.replay.trace import encode_output
 from tests.unit.drivers import new_pipeline
 from tests.unit.stories import pod_task_nvlink, pod_task_plain_failure

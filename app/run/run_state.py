@@ -3,7 +3,7 @@
     DIR/lock            held (flock) while a run uses the folder; holds its pid
     DIR/positions.json  the cluster's name and each watch's position (app/bridge/positions.py)
     DIR/delivered       the index of the last log line whose outputs were all printed
-    DIR/log/            the event log (app/embedded/event_log.py)
+    DIR/log/            the event log (app/run/event_log.py)
 
 Positions are replaced atomically (a new file, fsynced, renamed), and only after the log
 was synced past them (the bridge flushes its sink first): a position never runs ahead of
@@ -24,7 +24,7 @@ import msgspec
 
 from app.bridge.positions import position_key
 from app.bridge.records import BridgePosition
-from app.embedded.event_log import LogError, sync_folder
+from app.run.event_log import LogError, sync_folder
 
 log = logging.getLogger("faultline.run")
 

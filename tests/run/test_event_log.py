@@ -1,4 +1,4 @@
-"""The event log of `faultline run --state DIR` (app/embedded/event_log.py): order, each change
+"""The event log of `faultline run --state DIR` (app/run/event_log.py): order, each change
 once, a torn tail, retention in stream time, a compaction cut short; and that it is a
 trace any rule set replays."""
 
@@ -13,10 +13,10 @@ from typing import Any
 import orjson
 import pytest
 
-from app.embedded.event_log import EventLog
+from app.run.event_log import EventLog
 from app.core.base.rules import DEFAULT_RULES
 from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER
-from app.replay.pipeline import Pipeline
+from app.embedded.pipeline import Pipeline
 from app.replay.trace import read_lines, replay
 from app.rulefile import load_rules
 from tests.unit import builders, stories

@@ -8,9 +8,9 @@ from datetime import datetime
 from typing import NamedTuple
 
 from app.core.base.emit import Emit
-from app.embedded.event_log import EventLog
-from app.embedded.run_state import RunState
-from app.replay.pipeline import Pipeline
+from app.run.event_log import EventLog
+from app.run.run_state import RunState
+from app.embedded.pipeline import Pipeline
 from app.replay.trace import feed_line
 
 

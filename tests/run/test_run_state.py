@@ -1,4 +1,4 @@
-"""The state folder of `faultline run` (app/embedded/run_state.py) and what `run` does with it
+"""The state folder of `faultline run` (app/run/run_state.py) and what `run` does with it
 on start, against the protocol double: the lock, the cluster it belongs to, positions,
 and printing on a restart only what an earlier run had not printed."""
 
@@ -16,8 +16,8 @@ import pytest
 
 from app.bridge.records import BridgePosition
 from app.cli import main as cli_main
-from app.embedded.event_log import EventLog
-from app.embedded.run_state import RunState, StateError, default_state_dir
+from app.run.event_log import EventLog
+from app.run.run_state import RunState, StateError, default_state_dir
 from app.core.base.rules import DEFAULT_RULES
 from tests.bridge.helpers import CLUSTER, wait_for
 from tests.bridge.realkube import faultline_env

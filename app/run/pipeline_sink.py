@@ -9,9 +9,9 @@ from collections.abc import Callable
 
 from app.bridge.positions import PositionStore
 from app.bridge.records import BridgeGap, SourceRecord
-from app.embedded.event_log import EventLog
+from app.run.event_log import EventLog
 from app.core.base.emit import Emit
-from app.replay.pipeline import Pipeline
+from app.embedded.pipeline import Pipeline
 
 
 class PipelineSink:
