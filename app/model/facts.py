@@ -139,6 +139,22 @@ class CrdFailure(msgspec.Struct, frozen=True):
     at: datetime | None  # the failed condition's lastTransitionTime, if any
 
 
+class GenerationEnd(msgspec.Struct, frozen=True, gc=False):
+    """A generation of an attempt that ended without ending the attempt (SPEC R8, R16): a
+    JobSet restarted, one of its Jobs restarted, its pods restarted in place. `scope` says
+    which pods were its, in its kind's own terms (app/core/kinds)."""
+
+    id: str  # unique within the attempt
+    number: int  # the verdict's `generation`
+    label: str  # how a later verdict's reasons name it
+    reason: str  # its verdict's base message
+    at: datetime  # when it was seen to end
+    scope: tuple[str, ...] = ()
+    # Its pods live on in the next generation (restarted in place): a fault that ended
+    # before this generation did explains this one, not a later one (R16.2).
+    kept_pods: bool = False
+
+
 class JobFacts(msgspec.Struct, frozen=True, omit_defaults=True, tag="JobFacts", tag_field="fact"):
     """The slim state of one tracked object (RayJob, PyTorchJob, MPIJob, TFJob, JobSet,
     batch/v1 Job) and the attempt it tracks (`attempt`: a TrainJob's for its JobSet, R13.4)."""
@@ -151,6 +167,9 @@ class JobFacts(msgspec.Struct, frozen=True, omit_defaults=True, tag="JobFacts", 
     observed_at: datetime
     attempt: AttemptId | None = None  # None only in states written before R13
     restarts: int = 0  # JobSet status.restarts
+    # R8, R16: the kind's restart counters as they stand (counter -> value): each value the
+    # counter passed is a generation that ended without the attempt ending.
+    counters: dict[str, int] = {}
     ray_cluster_name: str = ""
     failure: CrdFailure | None = None
     completed: bool = False

@@ -197,6 +197,9 @@ class ReplicatedJobStatus(_View):
     succeeded: int = 0
     failed: int = 0
     active: int = 0
+    # JobSet v0.12 (api/jobset/v1alpha2/jobset_types.go): restarts of each of its Jobs, by
+    # job index (RestartJob failure-policy actions, SPEC R16.1).
+    job_restarts: list[int] = []
 
 
 class JobStatus(_View):
@@ -206,6 +209,10 @@ class JobStatus(_View):
     # JobSet
     restarts: int = 0
     replicated_jobs_status: list[ReplicatedJobStatus] = []
+    # JobSet v0.12 in-place restarts (SPEC R16.2): the attempt whose pods are being restarted
+    # in place, and the attempt every pod has reached.
+    previous_in_place_restart_attempt: int | None = None
+    current_in_place_restart_attempt: int | None = None
     # RayJob
     ray_cluster_name: str = ""
     job_status: str = ""

@@ -20,7 +20,7 @@ import msgspec
 from app.core.base.bounds import Trim
 from app.core.base.rules import Rules
 from app.model.decode import BadRecord
-from app.model.facts import AttemptId, CrdFailure, JobFacts, OwnerFacts, PodFacts
+from app.model.facts import AttemptId, CrdFailure, GenerationEnd, JobFacts, OwnerFacts, PodFacts
 from app.model.k8s import Condition, Job, ObjectMeta, PodSpec, Workload
 
 KeyRule = Literal["uid", "involved_object"]
@@ -129,16 +129,25 @@ class WorkloadKind:
         """R13.4: the attempt stage's key of a pod of this kind, if the pod names one."""
         return None
 
-    # --- R4.2, R8: its children ---------------------------------------------------------------
+    # --- R4.2, R8, R16: its children and its generations -------------------------------------
 
-    def selects(self, job: JobFacts, pod: PodFacts, generation: int) -> bool:
-        """R4.2: whether `pod` (joined by attempt key) is a child pod of generation
-        `generation`; the caller has matched the attempt labels already (R4.6)."""
+    def selects(self, job: JobFacts, pod: PodFacts, ended: GenerationEnd | None = None) -> bool:
+        """R4.2: whether `pod` (joined by attempt key) is a child pod of the generation now
+        running, or of `ended`; the caller has matched the attempt labels already (R4.6)."""
         return False
 
     def generation(self, job: JobFacts) -> int:
-        """R8: the generation now running."""
+        """R8: the generation now running (a verdict's `generation`)."""
         return 0
+
+    def counters(self, job: Job) -> dict[str, int]:
+        """R8, R16: its restart counters as the object shows them (counter -> value): each
+        value a counter passes is a generation that ended without the attempt ending."""
+        return {}
+
+    def generation_ended(self, counter: str, value: int, job: JobFacts, at: datetime) -> GenerationEnd:
+        """The generation `value` of `counter` that `job`, seen at `at`, shows ended."""
+        raise NotImplementedError(f"{self.name} keeps no counter {counter!r}")
 
     # --- R6.1, R13.5: its failure -------------------------------------------------------------
 

@@ -15,7 +15,7 @@ from typing import Final
 from app.core.base.rules import Rules
 from app.core.kinds.base import Api, End, Route, WorkloadKind, ended_by, ended_since, requests_gpu, workload_attempt
 from app.model.envelope import JOBS
-from app.model.facts import JobFacts, PodFacts
+from app.model.facts import GenerationEnd, JobFacts, PodFacts
 from app.model.k8s import Job, Workload
 
 JOB: Final = "Job"
@@ -56,7 +56,7 @@ class BatchJob(WorkloadKind):
         attempt = workload_attempt(pod.cluster, pod.namespace, JOB, name, uid)
         return Route(attempt.key, attempt)
 
-    def selects(self, job: JobFacts, pod: PodFacts, generation: int) -> bool:
+    def selects(self, job: JobFacts, pod: PodFacts, ended: GenerationEnd | None = None) -> bool:
         return pod.namespace == job.namespace  # joined by label or by ownerReference alone
 
     def completed(self, job: Job) -> bool:

@@ -1,8 +1,20 @@
 """JobSet (`jobset.x-k8s.io/v1alpha2`, kubernetes-sigs/jobset api/jobset/v1alpha2): the
 tracked resource under an orchestrator's labels (SPEC R1), a bare JobSet's own workload
-attempt (R13), or the one a TrainJob controls (`trainjob.py`). Its child pods are the
-current generation's (R4.2: `restart-attempt` = `status.restarts`; earlier generations are
-R8's); Kueue suspends it (R9, R15)."""
+attempt (R13), or the one a TrainJob controls (`trainjob.py`). Kueue suspends it (R9, R15).
+
+Its child pods are the current generation's (R4.2); it has three kinds of generation, each
+ended by a counter its controller keeps (JobSet v0.12, pkg/controllers/failure_policy.go,
+in_place_restart.go):
+- the whole set restarted (`status.restarts`, pods' `restart-attempt`; R8.1);
+- one child Job recreated alone (`RestartJob`, `RestartJobAndIgnoreMaxRestarts` actions:
+  `replicatedJobsStatus[].jobRestarts[<job index>]`, pods' `job-restart-attempt`, the Job's
+  name kept and its uid new; R16.1);
+- its pods' containers restarted in place (`restartStrategy: InPlaceRestart`:
+  `status.previousInPlaceRestartAttempt`; the pods are kept, so a fault seen before the
+  restart explains that generation, not a later one; R16.2).
+None of them carries a time: a generation ends when the record showing its counter passed
+is observed (R8.1's anchor).
+"""
 
 from __future__ import annotations
 
@@ -14,7 +26,7 @@ from app.core.base.rules import Rules
 from app.core.kinds import trainjob
 from app.core.kinds.base import COMPLETED, SUSPENDED, Api, End, Route, WorkloadKind, ended_by, ended_since, workload_attempt
 from app.model.envelope import JOBS
-from app.model.facts import AttemptId, JobFacts, OwnerFacts, PodFacts
+from app.model.facts import AttemptId, GenerationEnd, JobFacts, OwnerFacts, PodFacts
 from app.model.k8s import Condition, Job
 
 JOBSET: Final = "JobSet"
@@ -24,7 +36,17 @@ GROUP: Final = "jobset.x-k8s.io"  # api/jobset/v1alpha2/groupversion_info.go
 # (pkg/controllers/jobset_controller.go, labelAndAnnotateObject); the uid since v0.9.0 (#862).
 JOBSET_NAME: Final = "jobset.sigs.k8s.io/jobset-name"
 JOBSET_UID: Final = "jobset.sigs.k8s.io/jobset-uid"
-RESTART_ATTEMPT: Final = "jobset.sigs.k8s.io/restart-attempt"
+RESTART_ATTEMPT: Final = "jobset.sigs.k8s.io/restart-attempt"  # pkg/constants RestartsKey
+# jobset_types.go ReplicatedJobNameKey, JobIndexKey; pkg/constants JobRestartAttemptKey (set
+# only while the alpha RestartJob feature gate is on).
+REPLICATED_JOB: Final = "jobset.sigs.k8s.io/replicatedjob-name"
+JOB_INDEX: Final = "jobset.sigs.k8s.io/job-index"
+JOB_RESTART_ATTEMPT: Final = "jobset.sigs.k8s.io/job-restart-attempt"
+# The counters of its generations (SPEC R8, R16.1, R16.2).
+WHOLE: Final = "restarts"
+IN_PLACE: Final = "in-place"
+JOB: Final = "job"  # f"job/<replicated job>/<job index>"
+MAX_JOB_COUNTERS = 4096  # child Jobs whose restarts are followed (a tenant writes the spec; R11.5)
 
 
 def _newest_true(conditions: list[Condition]) -> str | None:
@@ -45,7 +67,7 @@ class JobSet(WorkloadKind):
     kueue = True
     gang_under_labels = True  # R9: Flyte's policy for JobSets under an orchestrator
     joins_any_pod = True
-    pod_labels = (JOBSET_NAME, RESTART_ATTEMPT, JOBSET_UID)
+    pod_labels = (JOBSET_NAME, RESTART_ATTEMPT, JOBSET_UID, REPLICATED_JOB, JOB_INDEX, JOB_RESTART_ATTEMPT)
     child_pod_labels = (JOBSET_NAME,)
 
     def owners_attempt(self, cluster: str, job: Job, owner: OwnerFacts | None, trim: Trim) -> AttemptId | None:
@@ -66,15 +88,64 @@ class JobSet(WorkloadKind):
             return None
         return Route(workload_attempt(pod.cluster, pod.namespace, JOBSET, name, uid).key, None)
 
-    def selects(self, job: JobFacts, pod: PodFacts, generation: int) -> bool:
-        """R4.2: its name and the generation's restart attempt."""
+    def selects(self, job: JobFacts, pod: PodFacts, ended: GenerationEnd | None = None) -> bool:
+        """R4.2: its name and the generation's restart attempts: the whole set's, and its
+        Job's where child Jobs restart alone (R16.1). Pods restarted in place are the
+        same pods in every in-place generation (R16.2: their faults are cut by time)."""
         if pod.namespace != job.namespace or not pod.is_child:
             return False
         labels = pod.labels
-        return labels.get(JOBSET_NAME) == job.name and labels.get(RESTART_ATTEMPT) == str(generation)
+        if labels.get(JOBSET_NAME) != job.name:
+            return False
+        if ended is None:  # the generation now running
+            if labels.get(RESTART_ATTEMPT) != str(job.restarts):
+                return False
+            attempt = labels.get(JOB_RESTART_ATTEMPT)
+            if attempt is None:
+                return True
+            counter = f"{JOB}/{labels.get(REPLICATED_JOB, '')}/{labels.get(JOB_INDEX, '')}"
+            return attempt == str(job.counters.get(counter, 0))
+        what, *rest = ended.scope
+        if what == WHOLE:
+            return labels.get(RESTART_ATTEMPT) == rest[0]
+        if what == JOB:
+            replicated, index, attempt, restarts = rest
+            return (
+                labels.get(RESTART_ATTEMPT) == restarts
+                and labels.get(REPLICATED_JOB) == replicated
+                and labels.get(JOB_INDEX) == index
+                and labels.get(JOB_RESTART_ATTEMPT) == attempt
+            )
+        return labels.get(RESTART_ATTEMPT) == rest[1]  # in place: the pods of the set's generation then
 
     def generation(self, job: JobFacts) -> int:
         return job.restarts  # R8: status.restarts
+
+    def counters(self, job: Job) -> dict[str, int]:
+        status = job.status
+        found = {WHOLE: status.restarts}
+        for replicated in status.replicated_jobs_status:
+            for index, count in enumerate(replicated.job_restarts[:MAX_JOB_COUNTERS]):
+                if count and len(found) <= MAX_JOB_COUNTERS:
+                    found[f"{JOB}/{replicated.name}/{index}"] = count
+        if status.previous_in_place_restart_attempt is not None:
+            found[IN_PLACE] = status.previous_in_place_restart_attempt + 1  # attempts 0..previous ended
+        return found
+
+    def generation_ended(self, counter: str, value: int, job: JobFacts, at: datetime) -> GenerationEnd:
+        if counter == WHOLE:  # R8.1
+            reason = f"{JOBSET} {job.name} restarted in place after generation {value}"
+            return GenerationEnd(str(value), value, f"generation {value}", reason, at, (WHOLE, str(value)))
+        restarts = str(job.restarts)
+        if counter == IN_PLACE:  # R16.2
+            label = f"in-place restart attempt {value}"
+            reason = f"{JOBSET} {job.name} restarted its pods' containers in place after attempt {value}"
+            return GenerationEnd(f"{IN_PLACE}/{value}@{restarts}", job.restarts, label, reason, at, (IN_PLACE, str(value), restarts), kept_pods=True)
+        _, replicated, index = counter.split("/", 2)  # R16.1: placement.GenJobName
+        name = f"{job.name}-{replicated}-{index}"
+        reason = f"{JOBSET} {job.name} recreated its Job {name} after its generation {value}"
+        scope = (JOB, replicated, index, str(value), restarts)
+        return GenerationEnd(f"{counter}/{value}@{restarts}", job.restarts, f"Job {name} generation {value}", reason, at, scope)
 
     def completed(self, job: Job) -> bool:
         return any(c.type == COMPLETED and c.status == "True" for c in job.status.conditions)

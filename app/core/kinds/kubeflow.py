@@ -12,7 +12,7 @@ from typing import Final
 from app.core.base.rules import Rules
 from app.core.kinds.base import Api, End, Route, WorkloadKind, ended_by, ended_since, true_condition, workload_attempt
 from app.model.envelope import JOBS
-from app.model.facts import JobFacts, PodFacts
+from app.model.facts import GenerationEnd, JobFacts, PodFacts
 from app.model.k8s import Job
 
 GROUP: Final = "kubeflow.org"
@@ -40,7 +40,7 @@ class KubeflowJob(WorkloadKind):
         attempt = workload_attempt(pod.cluster, pod.namespace, owner.kind, owner.name, owner.uid)
         return Route(attempt.key, attempt)
 
-    def selects(self, job: JobFacts, pod: PodFacts, generation: int) -> bool:
+    def selects(self, job: JobFacts, pod: PodFacts, ended: GenerationEnd | None = None) -> bool:
         if pod.namespace != job.namespace or not pod.is_child:
             return False
         return pod.labels.get(JOB_NAME) == job.name

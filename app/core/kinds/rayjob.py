@@ -11,7 +11,7 @@ from app.core.base.bounds import Trim
 from app.core.base.rules import Rules
 from app.core.kinds.base import COMPLETED, ENDED, FAILED, Api, End, Route, WorkloadKind, _part, true_condition
 from app.model.envelope import JOBS
-from app.model.facts import AttemptId, CrdFailure, JobFacts, PodFacts
+from app.model.facts import AttemptId, CrdFailure, GenerationEnd, JobFacts, PodFacts
 from app.model.k8s import Job
 
 RAYJOB: Final = "RayJob"
@@ -54,7 +54,7 @@ class RayJob(WorkloadKind):
         name = pod.labels.get(RAY_CLUSTER)
         return Route(ray_cluster_key(pod.cluster, pod.namespace, name), None) if name else None
 
-    def selects(self, job: JobFacts, pod: PodFacts, generation: int) -> bool:
+    def selects(self, job: JobFacts, pod: PodFacts, ended: GenerationEnd | None = None) -> bool:
         """R4.2: its cluster's pods; while the cluster name is empty no pod exists yet."""
         if pod.namespace != job.namespace or not pod.is_child:
             return False

@@ -29,7 +29,7 @@ from app.core.base.progress import Watermarks
 from app.core.verdicts.relevance import anchor_of, crd_failed_at, disrupted_within, is_relevant, pod_task_failed_at
 from app.core.base.rules import Rules
 from app.core.verdicts.classify import BaseFailure, Outcome, classify, pod_base_failure
-from app.model.facts import AttemptFact, AttributedFault, Counted, JobFacts, PodFacts
+from app.model.facts import AttemptFact, AttributedFault, Counted, GenerationEnd, JobFacts, PodFacts
 from app.model.records import CLASSIFIED_FAILURES, ClassifiedFailure, ObjectRef
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -47,7 +47,9 @@ class AttemptState(msgspec.Struct, frozen=True):
     identity: AttemptId | None = None  # which attempt: from the tracked object, or the pod task's pod
     job: JobFacts | None = None
     job_failed_seen_at: datetime | None = None  # R5.2: first record that showed the failure
-    restart_seen_at: dict[int, datetime] = {}  # R8.1: generation N -> when restarts passed N
+    # R8, R16: the generations that ended without the attempt ending, by id (at most
+    # `max_generations`, the latest kept: R11.5).
+    ended: dict[str, GenerationEnd] = {}
     pods: dict[str, PodFacts] = {}
     emitted: ClassifiedFailure | None = None  # the last verdict emitted for this key
     # Its revisions, oldest first (the last REVISIONS_KEPT): (revision, code, kind, generation, terminal, failed_at).
@@ -57,8 +59,9 @@ class AttemptState(msgspec.Struct, frozen=True):
 
 
 class _Verdict(msgspec.Struct, frozen=True):
-    """A verdict before it gets its revision."""
+    """A verdict before it gets its revision; `id`: which failure it is (its generation's)."""
 
+    id: str
     tracked: ObjectRef
     generation: int
     terminal: bool
@@ -71,11 +74,13 @@ class _Verdict(msgspec.Struct, frozen=True):
 # --- evidence that may explain a pod's failure (R4, R5, R14) ---------------------------------
 
 
-def _relevant_faults(pods: list[PodFacts], failed_at: datetime, clamp: bool, rules: Rules) -> list[AttributedFault]:
+def _relevant_faults(pods: list[PodFacts], failed_at: datetime, clamp: bool, since: datetime | None, rules: Rules) -> list[AttributedFault]:
+    """R5.3; `since`: pods restarted in place keep their faults, and one that ended before
+    their last restart explained that generation, not this one (R16.2)."""
     relevant = []
     for pod in pods:
         anchor = anchor_of(pod, failed_at, clamp)
-        relevant.extend(f for f in pod.faults if is_relevant(f.fault, anchor, rules))
+        relevant.extend(f for f in pod.faults if is_relevant(f.fault, anchor, rules) and (since is None or f.fault.last_seen >= since))
     return relevant
 
 
@@ -84,20 +89,22 @@ def _disrupted(pods: list[PodFacts], failed_at: datetime, clamp: bool, rules: Ru
     return [p for p in pods if p.disruption is not None and disrupted_within(p, anchor_of(p, failed_at, clamp), rules)]
 
 
-def _outcome(base: BaseFailure, pods: list[PodFacts], failed_at: datetime, child_pod_namespace: str | None, rules: Rules) -> Outcome:
+def _outcome(
+    base: BaseFailure, pods: list[PodFacts], failed_at: datetime, child_pod_namespace: str | None, rules: Rules, since: datetime | None = None
+) -> Outcome:
     """The verdict of one failure over its candidate pods: faults first, then disruptions
     (verdict.classify). A child pod's anchor is clamped to the failure (R5.1)."""
     clamp = child_pod_namespace is not None
-    relevant = _relevant_faults(pods, failed_at, clamp, rules)
+    relevant = _relevant_faults(pods, failed_at, clamp, since, rules)
     return classify(base, relevant, _disrupted(pods, failed_at, clamp, rules), child_pod_namespace, rules.xid)
 
 
-def _child_pods(state: AttemptState, job: JobFacts, generation: int) -> list[PodFacts]:
+def _child_pods(state: AttemptState, job: JobFacts, ended: GenerationEnd | None = None) -> list[PodFacts]:
     # R4.2, R4.3; R4.5: deleted pods keep their last known state and still count.
     kind = registry.kind_named(job.kind)
     if kind is None:
         return []
-    return [p for p in state.pods.values() if kind.selects(job, p, generation) and not has_succeeded(p)]
+    return [p for p in state.pods.values() if kind.selects(job, p, ended) and not has_succeeded(p)]
 
 
 def _carried_line(label: str, outcome: Outcome) -> str:
@@ -114,24 +121,30 @@ def _crd_verdicts(state: AttemptState, job: JobFacts, rules: Rules) -> list[_Ver
     tracked = workload or ObjectRef(kind=job.kind, name=job.name, uid=job.uid)
     verdicts: list[_Verdict] = []
     carried: list[str] = []
-    for generation in sorted(g for g in state.restart_seen_at if g < job.restarts):
-        failed_at = state.restart_seen_at[generation]
-        base = BaseFailure(
-            RESTART_FAILURE_CODE, "USER", f"{job.kind} {job.name} restarted in place after generation {generation}"
-        )
-        pods = _child_pods(state, job, generation)
-        outcome = _outcome(base, pods, failed_at, job.namespace, rules)
-        verdicts.append(_Verdict(tracked, generation, False, failed_at, outcome, tuple(carried), gpu_time_of(pods, failed_at)))
-        carried.append(_carried_line(f"generation {generation}", outcome))
+    kept_since: datetime | None = None  # the end of the latest in-place generation so far
+    for ended in sorted(state.ended.values(), key=_ended_order):  # R8.1, R16.1, R16.2
+        base = BaseFailure(RESTART_FAILURE_CODE, "USER", ended.reason)
+        pods = _child_pods(state, job, ended)
+        since = kept_since if ended.kept_pods else None
+        outcome = _outcome(base, pods, ended.at, job.namespace, rules, since)
+        verdicts.append(_Verdict(ended.id, tracked, ended.number, False, ended.at, outcome, tuple(carried), gpu_time_of(pods, ended.at)))
+        carried.append(_carried_line(ended.label, outcome))
+        if ended.kept_pods:
+            kept_since = ended.at
     failed_at = crd_failed_at(job, state.job_failed_seen_at)
     if job.failure is not None and failed_at is not None:
         kind = registry.kind_named(job.kind)
         generation = kind.generation(job) if kind is not None else 0
         base = BaseFailure(job.failure.code, "USER", job.failure.message)
-        pods = _child_pods(state, job, generation)
-        outcome = _outcome(base, pods, failed_at, job.namespace, rules)
-        verdicts.append(_Verdict(tracked, generation, True, failed_at, outcome, tuple(carried), gpu_time_of(pods, failed_at)))
+        pods = _child_pods(state, job)
+        outcome = _outcome(base, pods, failed_at, job.namespace, rules, kept_since)
+        verdicts.append(_Verdict(str(generation), tracked, generation, True, failed_at, outcome, tuple(carried), gpu_time_of(pods, failed_at)))
     return verdicts
+
+
+def _ended_order(ended: GenerationEnd) -> tuple[datetime, int, str]:
+    """Generations in the order they ended (several seen in one record: by number, then id)."""
+    return (ended.at, ended.number, ended.id)
 
 
 # --- verdicts of a pod task (R6, R8.2) -------------------------------------------------------
@@ -153,7 +166,7 @@ def _pod_task_verdicts(state: AttemptState, rules: Rules, bare: bool) -> list[_V
         outcome = _outcome(pod_base_failure(pod), [pod], failed_at, None, rules)
         terminal = index == len(tries) - 1  # R8.2: a newer pod of the attempt makes it non-terminal
         tracked = ObjectRef(kind=POD, name=pod.name, uid=pod.uid)
-        verdicts.append(_Verdict(tracked, 0, terminal, failed_at, outcome, tuple(carried), gpu_time_of((pod,), failed_at)))
+        verdicts.append(_Verdict("0", tracked, 0, terminal, failed_at, outcome, tuple(carried), gpu_time_of((pod,), failed_at)))
         carried.append(_carried_line(f"pod {pod.name}", outcome))
     return verdicts
 
@@ -214,17 +227,13 @@ def _absorb(state: AttemptState, fact: AttemptFact, rules: Rules) -> tuple[Attem
     failed_seen_at = state.job_failed_seen_at
     if fact.failure is not None and (previous is None or previous.failure is None) and failed_seen_at is None:
         failed_seen_at = fact.observed_at
-    restart_seen_at, lost = state.restart_seen_at, 0
-    last_restarts = previous.restarts if previous is not None else 0
-    if fact.restarts > last_restarts:
-        # R8.1: generation N died when restarts first passed N, without the JobSet failing.
-        restart_seen_at, lost = restarts_seen(restart_seen_at, last_restarts, fact.restarts, fact.observed_at, rules)
+    ended, lost = generations_seen(state.ended, previous, fact, rules)
     state = msgspec.structs.replace(
         state,
         identity=fact.attempt or state.identity,  # the tracked object knows its attempt (R13.4)
         job=fact,
         job_failed_seen_at=failed_seen_at,
-        restart_seen_at=restart_seen_at,
+        ended=ended,
         last_activity=last_activity,
     )
     return state, lost
@@ -233,7 +242,7 @@ def _absorb(state: AttemptState, fact: AttemptFact, rules: Rules) -> tuple[Attem
 def _may_have_failed(state: AttemptState) -> bool:
     # Cheap gate: most facts belong to attempts that are running fine.
     if state.job is not None:
-        return state.job.failure is not None or bool(state.restart_seen_at)
+        return state.job.failure is not None or bool(state.ended)
     return any(p.phase == "Failed" for p in state.pods.values())
 
 
@@ -250,7 +259,7 @@ def fold_attempt(
     verdicts = verdicts_of(state, rules) if ident is not None else []
     if ident is None or not verdicts:
         return state, emits
-    counted = {f"{v.tracked.uid}/{v.generation}": _counted(v, ident) for v in verdicts}
+    counted = {f"{v.tracked.uid}/{v.id}": _counted(v, ident) for v in verdicts}
     if counted != state.counted:
         emits = [
             *emits,
@@ -286,20 +295,39 @@ def attempt_expires_at(state: AttemptState, rules: Rules) -> datetime | None:
     return after(state.last_activity, rules.retention) if ended else None
 
 
-# --- R8.1 under R11.5: the generations kept per attempt ----------------------------------------
+# --- R8, R16 under R11.5: the generations kept per attempt ---------------------------------------
 
 DROPPED_GENERATIONS = "dropped_generations"
 
 
-def restarts_seen(seen: dict[int, datetime], last: int, restarts: int, at: datetime, rules: Rules) -> tuple[dict[int, datetime], int]:
-    """R8.1 under R11.5: `seen` (generation -> when restarts first passed it) with the
-    generations from `last` to `restarts` (exclusive) seen at `at`, keeping the latest
-    `max_generations`; and how many older generations are dropped."""
-    first = max(last, restarts - rules.max_generations)
-    seen = {g: at for g in range(first, restarts)} | seen
-    lost = first - last
-    if len(seen) > rules.max_generations:
-        oldest = sorted(seen)[-rules.max_generations]
-        lost += sum(1 for g in seen if g < oldest)
-        seen = {g: t for g, t in seen.items() if g >= oldest}
-    return seen, lost
+def generations_seen(
+    ended: dict[str, GenerationEnd], previous: JobFacts | None, fact: JobFacts, rules: Rules
+) -> tuple[dict[str, GenerationEnd], int]:
+    """R8.1, R16.1, R16.2 under R11.5: `ended` with every generation `fact` shows ended
+    since `previous` (each value a restart counter passed: a generation that died without
+    the attempt failing, seen at `fact.observed_at`; one seen before keeps its time),
+    keeping the latest `max_generations`; and how many are dropped. Facts written by an
+    earlier release carry no counters: their counters are taken as they stand."""
+    kind = registry.kind_named(fact.kind)
+    if kind is None or not fact.counters:
+        return ended, 0
+    limit, lost = rules.max_generations, 0
+    if previous is None:
+        before: dict[str, int] = {}
+    elif previous.counters or not previous.restarts:
+        before = previous.counters
+    else:
+        before = fact.counters  # written before counters were kept: no generation inferred
+    found = dict(ended)
+    for counter, value in fact.counters.items():
+        last = before.get(counter, 0)
+        first = max(last, value - limit)  # a counter far ahead: its oldest values are dropped
+        lost += first - last
+        for n in range(first, value):
+            generation = kind.generation_ended(counter, n, fact, fact.observed_at)
+            found.setdefault(generation.id, generation)
+    if len(found) > limit:
+        keep = sorted(found.values(), key=_ended_order)[-limit:]
+        lost += len(found) - limit
+        found = {g.id: g for g in keep}
+    return found, lost

@@ -36,6 +36,7 @@ def job_facts_of(
         observed_at=observed_at,
         attempt=attempt,
         restarts=job.status.restarts,
+        counters=kind.counters(job),
         ray_cluster_name=job.status.ray_cluster_name,
         failure=CrdFailure(trim.token(failed.code), trim.message(failed.message), failed.at) if failed else None,
         completed=kind.completed(job),
