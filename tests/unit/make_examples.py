@@ -6,6 +6,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from tests.unit import builders
+from tests.unit.restart_stories import RESTART_STORIES
 from tests.unit.stories import EVIDENCE_STORIES, STORIES, WORKLOAD_STORIES
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "traces"
@@ -27,8 +28,12 @@ TRACES = {
     # evidence story (disruptions, device health, a drain after an Xid 79).
     "jobset-drained-worker.jsonl": ["jobset-drained-worker"],
     "evidence.jsonl": list(EVIDENCE_STORIES),
+    # JobSet v0.12's restart modes (SPEC R16.1, R16.2): a child Job recreated alone, twice;
+    # pods restarted in place.
+    "jobset-job-restarts.jsonl": ["jobset-job-restarts"],
+    "jobset-in-place-restart.jsonl": ["jobset-in-place-restart"],
 }
-_ALL = {**STORIES, **WORKLOAD_STORIES, **EVIDENCE_STORIES}
+_ALL = {**STORIES, **WORKLOAD_STORIES, **EVIDENCE_STORIES, **RESTART_STORIES}
 
 
 def trace(stories: list[str]) -> bytes:

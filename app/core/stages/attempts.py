@@ -127,7 +127,7 @@ def _crd_verdicts(state: AttemptState, job: JobFacts, rules: Rules) -> list[_Ver
         pods = _child_pods(state, job, ended)
         since = kept_since if ended.kept_pods else None
         outcome = _outcome(base, pods, ended.at, job.namespace, rules, since)
-        verdicts.append(_Verdict(ended.id, tracked, ended.number, False, ended.at, outcome, tuple(carried), gpu_time_of(pods, ended.at)))
+        verdicts.append(_Verdict(ended.id, tracked, ended.number, False, ended.at, outcome, tuple(carried), gpu_time_of(pods, ended.at, since)))
         carried.append(_carried_line(ended.label, outcome))
         if ended.kept_pods:
             kept_since = ended.at
@@ -138,7 +138,7 @@ def _crd_verdicts(state: AttemptState, job: JobFacts, rules: Rules) -> list[_Ver
         base = BaseFailure(job.failure.code, "USER", job.failure.message)
         pods = _child_pods(state, job)
         outcome = _outcome(base, pods, failed_at, job.namespace, rules, kept_since)
-        verdicts.append(_Verdict(str(generation), tracked, generation, True, failed_at, outcome, tuple(carried), gpu_time_of(pods, failed_at)))
+        verdicts.append(_Verdict(str(generation), tracked, generation, True, failed_at, outcome, tuple(carried), gpu_time_of(pods, failed_at, kept_since)))
     return verdicts
 
 

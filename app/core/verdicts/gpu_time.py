@@ -136,26 +136,30 @@ def has_run(pod: PodFacts) -> bool:
     return pod.phase in ("Running", "Succeeded") or any(c.terminated for c in pod.containers)
 
 
-def pod_gpu_seconds(pod: PodFacts, failed_at: datetime) -> int | None:
+def pod_gpu_seconds(pod: PodFacts, failed_at: datetime, since: datetime | None = None) -> int | None:
     """One candidate pod's GPU-seconds for a failure at `failed_at`: its GPUs times the whole
-    seconds from its start to when it stopped (R5.1's anchor, never past the failure);
+    seconds from its start (`since`, where an earlier generation of the same pod ended: a
+    restart in place, R16.2) to when it stopped (R5.1's anchor, never past the failure);
     0 for a pod asking for no GPU or that never started; None when its start is unknown."""
     if pod.gpus <= 0:
         return 0
     start = pod.started_at
     if start is None:
         return None if has_run(pod) else 0
+    if since is not None and since > start:
+        start = since
     end = anchor_of(pod, failed_at, clamp=True)
     return pod.gpus * ((end - start) // _SECOND) if end > start else 0
 
 
-def gpu_time_of(pods: Iterable[PodFacts], failed_at: datetime) -> GpuTime:
-    """A failure's GPU-seconds over its candidate pods, and by the node each ran on (a pod
-    with no node on `unknown-node`); unknown (None, no nodes) if any pod's is."""
+def gpu_time_of(pods: Iterable[PodFacts], failed_at: datetime, since: datetime | None = None) -> GpuTime:
+    """A failure's GPU-seconds over its candidate pods (from `since` for pods an earlier
+    generation kept), and by the node each ran on (a pod with no node on `unknown-node`);
+    unknown (None, no nodes) if any pod's is."""
     total = 0
     by_node: dict[str, int] = {}
     for pod in pods:
-        seconds = pod_gpu_seconds(pod, failed_at)
+        seconds = pod_gpu_seconds(pod, failed_at, since)
         if seconds is None:
             return GpuTime(None)
         if seconds:

@@ -1,0 +1,103 @@
+"""JobSet v0.12's restart modes as its controllers write them (SPEC R16.1, R16.2; the
+research behind the shapes: kubernetes-sigs/jobset v0.12.0 pkg/controllers/failure_policy.go
+and in_place_restart.go, cmd/in-place-restart-agent). Bare JobSets (workload attempts, R13)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from tests.unit.builders import (
+    T0,
+    batch_job,
+    condition,
+    event,
+    jobset_child_labels,
+    kube_uid,
+    minutes,
+    owned_by,
+    record,
+    running,
+    terminated,
+    ts,
+    updated,
+    workload_jobset,
+)
+from tests.unit.stories import _failed, _job_pod
+
+JOB_RESTART_ATTEMPT = "jobset.sigs.k8s.io/job-restart-attempt"
+IN_PLACE_ATTEMPT = "jobset.sigs.k8s.io/in-place-restart-attempt"
+
+
+def _job_restarts(js: dict, restarts: list[int], failed: int = 0) -> dict:
+    """The JobSet's status after `RestartJob`: its Jobs' restarts, by job index."""
+    status = [{"name": "workers", "ready": 2 - failed, "succeeded": 0, "failed": failed, "active": 2 - failed, "suspended": 0, "jobRestarts": restarts, "jobRestartsCountTowardsMax": restarts}]
+    return updated(js, replicatedJobsStatus=status)
+
+
+def job_restarts_then_fail(run: str = "ckpt-shard", t0: datetime = T0) -> list[dict]:
+    """R16.1: a bare JobSet whose failure policy answers a Job's failure with `RestartJob`
+    (alpha gate on, `maxRestarts: 2`). Job `workers-1`'s pod falls off the bus (Xid 79): the
+    Job alone is recreated (same name, new uid, `job-restart-attempt: 1`); its next pod's
+    kernel faults its GPU (Xid 13, the user's): recreated again; the third pod fails with no
+    fault and the JobSet fails (`ReachedMaxRestarts`). Worker 0 runs throughout."""
+    js = workload_jobset(run, replicated="workers", created=t0 - minutes(60))
+    out = [record(js, t0 - minutes(60), "ADDED")]
+    labels0 = {**jobset_child_labels(js, replicated="workers", index=0), JOB_RESTART_ATTEMPT: "0"}
+    job0 = batch_job(f"{run}-workers-0", owners=owned_by(js), labels=labels0, template_labels=labels0, created=t0 - minutes(59))
+    w0 = _job_pod(job0, f"{run}-workers-0-0-r8k2m", 0, "gpu-90", t0, labels0)
+    out += [record(job0, t0 - minutes(59), "ADDED"), record(w0, t0 - minutes(58), "ADDED")]
+    ended = [(79, "critical", t0 - minutes(40)), (13, "user", t0 - minutes(20)), (None, None, t0)]
+    for attempt, (code, severity, died) in enumerate(ended):
+        labels = {**jobset_child_labels(js, replicated="workers", index=1), JOB_RESTART_ATTEMPT: str(attempt)}
+        job = batch_job(f"{run}-workers-1", owners=owned_by(js), labels=labels, template_labels=labels, created=died - minutes(14))
+        job["metadata"]["uid"] = kube_uid()  # recreated under the same name (R16.1)
+        worker = _job_pod(job, f"{run}-workers-1-0-{'abc'[attempt]}7q4x", 0, f"gpu-{91 + attempt}", died + minutes(28), labels)
+        worker["metadata"]["creationTimestamp"] = ts(died - minutes(13))
+        out += [record(job, died - minutes(14), "ADDED"), record(worker, died - minutes(12), "ADDED")]
+        if code is not None:
+            out.append(record(event(worker, code=code, severity=severity, first=died - minutes(1), reporting=f"gpu-{91 + attempt}"), died - minutes(1), "ADDED"))
+        out.append(record(_failed(worker, 1, died), died + minutes(0.1)))
+        if code is not None:
+            out.append(record(_job_restarts(js, [0, attempt + 1], failed=1), died + minutes(0.3)))
+            out.append(record(_failed(worker, 1, died), died + minutes(0.5), "DELETED"))
+    failed = condition("Failed", "ReachedMaxRestarts", f"jobset failed due to reaching max number of restarts (first failed job: {run}-workers-1)", t0 + minutes(0.2))
+    out.append(record(updated(_job_restarts(js, [0, 2], failed=1), conditions=[failed], terminalState="Failed"), t0 + minutes(0.3)))
+    return out
+
+
+def in_place_restart_then_fail(run: str = "moe-ip", t0: datetime = T0) -> list[dict]:
+    """R16.2: a bare JobSet restarted in place (`restartStrategy: InPlaceRestart`, alpha).
+    Worker 0's GPU falls off the bus (Xid 79) and its worker exits; every pod's containers
+    restart in place (same pods, annotation `in-place-restart-attempt: 1`, the JobSet's
+    `previousInPlaceRestartAttempt: 0` then `currentInPlaceRestartAttempt: 1`). Twenty
+    minutes later worker 1 exits on its own and the JobSet fails (`ReachedMaxRestarts`)."""
+    js = workload_jobset(run, replicated="workers", created=t0 - minutes(60))
+    js["spec"]["failurePolicy"] = {"maxRestarts": 1, "restartStrategy": "InPlaceRestart"}
+    js = updated(js, currentInPlaceRestartAttempt=0)
+    out = [record(js, t0 - minutes(60), "ADDED")]
+    pods = []
+    for i in range(2):
+        labels = jobset_child_labels(js, replicated="workers", index=i)
+        job = batch_job(f"{run}-workers-{i}", owners=owned_by(js), labels=labels, template_labels=labels, created=t0 - minutes(59))
+        p = _job_pod(job, f"{run}-workers-{i}-0-{'xy'[i]}5n2p", 0, f"gpu-{95 + i}", t0, labels)
+        p["metadata"]["annotations"] = {IN_PLACE_ATTEMPT: "0"}
+        pods.append(p)
+        out += [record(job, t0 - minutes(59), "ADDED"), record(p, t0 - minutes(58), "ADDED")]
+    x = pods[0]
+    out.append(record(event(x, code=79, first=t0 - minutes(21), reporting="gpu-95"), t0 - minutes(21), "ADDED"))
+    status = [{"name": "node", "state": running(t0 - minutes(18)), "lastState": terminated(1, t0 - minutes(20)), "restartCount": 1, "ready": True}]
+    restarted = updated(x, containerStatuses=status)
+    restarted["metadata"]["annotations"] = {IN_PLACE_ATTEMPT: "1"}
+    out.append(record(restarted, t0 - minutes(18)))
+    out.append(record(updated(js, previousInPlaceRestartAttempt=0, currentInPlaceRestartAttempt=0), t0 - minutes(17.5)))
+    out.append(record(updated(js, previousInPlaceRestartAttempt=0, currentInPlaceRestartAttempt=1), t0 - minutes(17)))
+    out.append(record(_failed(pods[1], 1, t0 - minutes(0.5)), t0 - minutes(0.4)))
+    failed = condition("Failed", "ReachedMaxRestarts", "jobset failed due to reaching max number of restarts", t0)
+    out.append(record(updated(js, previousInPlaceRestartAttempt=0, currentInPlaceRestartAttempt=1, conditions=[failed], terminalState="Failed"), t0 + minutes(0.1)))
+    return out
+
+
+RESTART_STORIES = {
+    "jobset-job-restarts": job_restarts_then_fail,
+    "jobset-in-place-restart": in_place_restart_then_fail,
+}
