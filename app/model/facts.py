@@ -77,6 +77,9 @@ class ContainerFacts(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     reason: str = ""
     message: str = ""
     finished_at: datetime | None = None
+    # R16.2: when its previous run ended (`lastState.terminated.finishedAt`): restarted in
+    # place, its current run began then. Never an anchor (R5.1).
+    restarted_at: datetime | None = None
 
 
 class AttributedFault(msgspec.Struct, frozen=True):
@@ -170,6 +173,7 @@ class JobFacts(msgspec.Struct, frozen=True, omit_defaults=True, tag="JobFacts", 
     # R8, R16: the kind's restart counters as they stand (counter -> value): each value the
     # counter passed is a generation that ended without the attempt ending.
     counters: dict[str, int] = {}
+    tries: int = 0  # R16.4: its tries that failed (a RayJob's status.failed)
     ray_cluster_name: str = ""
     failure: CrdFailure | None = None
     completed: bool = False

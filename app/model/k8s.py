@@ -88,6 +88,8 @@ class ResourceStatus(_View):
 class ContainerStatus(_View):
     name: str = ""
     state: ContainerState = ContainerState()
+    # R16.2: its previous run, when it was restarted in place (never an anchor: R5.1)
+    last_state: ContainerState = ContainerState()
     allocated_resources_status: list[ResourceStatus] = []  # R14.2: written by the kubelet
 
 
@@ -222,6 +224,8 @@ class JobStatus(_View):
     # ray-project/kuberay ray-operator/apis/ray/v1/rayjob_types.go RayJobStatus.EndTime: when
     # the deployment reached a terminal state (its own time for the failure, R5.2, R12.7).
     end_time: Timestamp | None = None
+    # rayjob_types.go RayJobStatus.Failed: how many of its tries failed (SPEC R16.4)
+    failed: int | None = None
     # batch/v1 Job: pods ready and pods succeeded (SPEC R15.2: started)
     ready: int | None = None
     succeeded: int = 0

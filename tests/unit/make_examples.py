@@ -32,6 +32,8 @@ TRACES = {
     # pods restarted in place.
     "jobset-job-restarts.jsonl": ["jobset-job-restarts"],
     "jobset-in-place-restart.jsonl": ["jobset-in-place-restart"],
+    # KubeRay v1.7's retried tries (SPEC R16.4): one try retried on a new RayCluster, then failed.
+    "rayjob-retried.jsonl": ["rayjob-retried"],
 }
 _ALL = {**STORIES, **WORKLOAD_STORIES, **EVIDENCE_STORIES, **RESTART_STORIES}
 

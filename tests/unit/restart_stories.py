@@ -1,6 +1,8 @@
-"""JobSet v0.12's restart modes as its controllers write them (SPEC R16.1, R16.2; the
-research behind the shapes: kubernetes-sigs/jobset v0.12.0 pkg/controllers/failure_policy.go
-and in_place_restart.go, cmd/in-place-restart-agent). Bare JobSets (workload attempts, R13)."""
+"""Restarts that are generations of their own, as the controllers write them: JobSet
+v0.12's restart modes (SPEC R16.1, R16.2; kubernetes-sigs/jobset v0.12.0
+pkg/controllers/failure_policy.go and in_place_restart.go, cmd/in-place-restart-agent) and
+KubeRay v1.7's retried tries (R16.4; ray-project/kuberay v1.7.0 rayjob_controller.go).
+Workload attempts (R13)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from tests.unit.builders import (
     event,
     jobset_child_labels,
     kube_uid,
+    pod,
+    rayjob,
     minutes,
     owned_by,
     record,
@@ -44,7 +48,7 @@ def job_restarts_then_fail(run: str = "ckpt-shard", t0: datetime = T0) -> list[d
     out = [record(js, t0 - minutes(60), "ADDED")]
     labels0 = {**jobset_child_labels(js, replicated="workers", index=0), JOB_RESTART_ATTEMPT: "0"}
     job0 = batch_job(f"{run}-workers-0", owners=owned_by(js), labels=labels0, template_labels=labels0, created=t0 - minutes(59))
-    w0 = _job_pod(job0, f"{run}-workers-0-0-r8k2m", 0, "gpu-90", t0, labels0)
+    w0 = _job_pod(job0, f"{run}-workers-0-0-r8k2m", 0, "gpu-90", t0 - minutes(18), labels0)  # started 58 minutes before t0
     out += [record(job0, t0 - minutes(59), "ADDED"), record(w0, t0 - minutes(58), "ADDED")]
     ended = [(79, "critical", t0 - minutes(40)), (13, "user", t0 - minutes(20)), (None, None, t0)]
     for attempt, (code, severity, died) in enumerate(ended):
@@ -79,25 +83,75 @@ def in_place_restart_then_fail(run: str = "moe-ip", t0: datetime = T0) -> list[d
     for i in range(2):
         labels = jobset_child_labels(js, replicated="workers", index=i)
         job = batch_job(f"{run}-workers-{i}", owners=owned_by(js), labels=labels, template_labels=labels, created=t0 - minutes(59))
-        p = _job_pod(job, f"{run}-workers-{i}-0-{'xy'[i]}5n2p", 0, f"gpu-{95 + i}", t0, labels)
+        p = _job_pod(job, f"{run}-workers-{i}-0-{'xy'[i]}5n2p", 0, f"gpu-{95 + i}", t0 - minutes(18), labels)  # started 58 minutes before t0
         p["metadata"]["annotations"] = {IN_PLACE_ATTEMPT: "0"}
         pods.append(p)
         out += [record(job, t0 - minutes(59), "ADDED"), record(p, t0 - minutes(58), "ADDED")]
     x = pods[0]
     out.append(record(event(x, code=79, first=t0 - minutes(21), reporting="gpu-95"), t0 - minutes(21), "ADDED"))
-    status = [{"name": "node", "state": running(t0 - minutes(18)), "lastState": terminated(1, t0 - minutes(20)), "restartCount": 1, "ready": True}]
-    restarted = updated(x, containerStatuses=status)
-    restarted["metadata"]["annotations"] = {IN_PLACE_ATTEMPT: "1"}
-    out.append(record(restarted, t0 - minutes(18)))
+    # Every pod's containers restart in place: x's worker died of it, y's was reset (137).
+    restarted = []
+    for p, ended, reason in ((x, t0 - minutes(20), "Error"), (pods[1], t0 - minutes(19), "RestartingAllContainers")):
+        last = terminated(1 if reason == "Error" else 137, ended, reason)
+        last["terminated"]["startedAt"] = ts(t0 - minutes(58))
+        status = [{"name": "node", "state": running(t0 - minutes(18)), "lastState": last, "restartCount": 1, "ready": True}]
+        again = updated(p, containerStatuses=status)
+        again["metadata"]["annotations"] = {IN_PLACE_ATTEMPT: "1"}
+        restarted.append(again)
+        out.append(record(again, t0 - minutes(18)))
     out.append(record(updated(js, previousInPlaceRestartAttempt=0, currentInPlaceRestartAttempt=0), t0 - minutes(17.5)))
     out.append(record(updated(js, previousInPlaceRestartAttempt=0, currentInPlaceRestartAttempt=1), t0 - minutes(17)))
-    out.append(record(_failed(pods[1], 1, t0 - minutes(0.5)), t0 - minutes(0.4)))
+    y = restarted[1]
+    ended_y = terminated(1, t0 - minutes(0.5))
+    ended_y["terminated"]["startedAt"] = ts(t0 - minutes(18))
+    status = [{**y["status"]["containerStatuses"][0], "state": ended_y, "ready": False}]
+    out.append(record(updated(y, phase="Failed", containerStatuses=status), t0 - minutes(0.4)))
     failed = condition("Failed", "ReachedMaxRestarts", "jobset failed due to reaching max number of restarts", t0)
     out.append(record(updated(js, previousInPlaceRestartAttempt=0, currentInPlaceRestartAttempt=1, conditions=[failed], terminalState="Failed"), t0 + minutes(0.1)))
+    return out
+
+
+def _ray_pods(cluster: str, t0: datetime, nodes: tuple[str, str]) -> list[dict]:
+    """A RayCluster's head and one GPU worker, labelled as KubeRay's common/pod.go does."""
+    labels = {"ray.io/cluster": cluster, "ray.io/group": "gpu", "ray.io/is-ray-node": "yes"}  # no orchestrator's labels
+    head = pod(f"{cluster}-head-h8x2k", pod_uid=kube_uid(), labels={**labels, "ray.io/node-type": "head"}, gpus=0, node=nodes[0], containers={"ray-head": running(t0)}, created=t0 - minutes(1))
+    worker = pod(f"{cluster}-worker-gpu-w4m7z", pod_uid=kube_uid(), labels={**labels, "ray.io/node-type": "worker"}, node=nodes[1], containers={"ray-worker": running(t0)}, created=t0 - minutes(1))
+    return [head, worker]
+
+
+def rayjob_retried_then_fails(run: str = "rl-sweep", t0: datetime = T0) -> list[dict]:
+    """R16.4: a RayJob with `backoffLimit: 1`. Its first try's GPU worker falls off the bus
+    (Xid 79); KubeRay writes the try's failure as `Retrying` (`failed: 1`, the cluster still
+    named), deletes the cluster and starts a second try on a new one, which fails on its
+    own (`Failed`, `failed: 2`, `endTime`)."""
+    rj = rayjob(run, labels={}, job_status="", deployment="Initializing")
+    rj["spec"] = {"backoffLimit": 1, "shutdownAfterJobFinishes": True, "entrypoint": "python train.py"}
+    first, second = f"{run}-k2w9q", f"{run}-p7d3x"
+    out = [record(rj, t0 - minutes(60), "ADDED"), record(updated(rj, rayClusterName=first, failed=0, startTime=ts(t0 - minutes(60))), t0 - minutes(59))]
+    pods = _ray_pods(first, t0 - minutes(55), ("cpu-3", "gpu-98"))
+    out += [record(p, t0 - minutes(55), "ADDED") for p in pods]
+    out.append(record(updated(rj, rayClusterName=first, jobDeploymentStatus="Running", jobStatus="RUNNING", failed=0), t0 - minutes(54)))
+    out.append(record(event(pods[1], code=79, first=t0 - minutes(31), reporting="gpu-98"), t0 - minutes(31), "ADDED"))
+    out.append(record(_failed(pods[1], 1, t0 - minutes(30)), t0 - minutes(30)))
+    retrying = {"rayClusterName": first, "jobDeploymentStatus": "Retrying", "jobStatus": "FAILED", "reason": "AppFailed", "message": "Job entrypoint command failed with exit code 1", "failed": 1}
+    out.append(record(updated(rj, **retrying), t0 - minutes(29)))
+    out += [record(_failed(pods[1], 1, t0 - minutes(30)), t0 - minutes(28), "DELETED"), record(pods[0], t0 - minutes(28), "DELETED")]
+    emptied = updated(rj, jobDeploymentStatus="", jobStatus="", failed=1)
+    emptied["status"].pop("rayClusterName", None)
+    emptied["status"].pop("jobId", None)
+    out.append(record(emptied, t0 - minutes(27)))
+    out.append(record(updated(rj, rayClusterName=second, jobDeploymentStatus="Initializing", jobStatus="", failed=1, startTime=ts(t0 - minutes(26))), t0 - minutes(26)))
+    pods2 = _ray_pods(second, t0 - minutes(25), ("cpu-3", "gpu-99"))
+    out += [record(p, t0 - minutes(25), "ADDED") for p in pods2]
+    out.append(record(updated(rj, rayClusterName=second, jobDeploymentStatus="Running", jobStatus="RUNNING", failed=1), t0 - minutes(24)))
+    out.append(record(_failed(pods2[1], 1, t0 - minutes(1)), t0 - minutes(1)))
+    failed = {"rayClusterName": second, "jobDeploymentStatus": "Failed", "jobStatus": "FAILED", "reason": "AppFailed", "message": "Job entrypoint command failed with exit code 1", "failed": 2, "endTime": ts(t0)}
+    out.append(record(updated(rj, **failed), t0 + minutes(0.1)))
     return out
 
 
 RESTART_STORIES = {
     "jobset-job-restarts": job_restarts_then_fail,
     "jobset-in-place-restart": in_place_restart_then_fail,
+    "rayjob-retried": rayjob_retried_then_fails,
 }

@@ -76,7 +76,26 @@ def test_r16_2_the_generations_of_pods_restarted_in_place_share_out_their_gpu_se
     issue 30's GPU-seconds), never the earlier one's again."""
     got = verdicts(_observed(in_place_restart_then_fail()))
     interim, final = [v for v in got if not v.terminal][-1], got[-1]
-    restarted = interim.failed_at  # the in-place generation ended when the JobSet showed it
-    seconds = int((b.T0 - restarted).total_seconds()) + int((b.T0 - b.minutes(0.5) - restarted).total_seconds())
-    assert final.gpu_seconds == 8 * seconds  # two pods of 8 GPUs, from the restart to their ends
+    # From each pod's own restart (its previous run's end: x's at t0 - 20 min, y's at t0 - 19 min)
+    # to its end (x runs until the JobSet fails at t0, y's worker exits at t0 - 30 s).
+    seconds = 20 * 60 + (19 * 60 - 30)
+    assert final.gpu_seconds == 8 * seconds  # two pods of 8 GPUs, never their first run again
     assert interim.gpu_seconds is not None and interim.gpu_seconds > 0
+
+
+# --- R16.4: a RayJob's tries --------------------------------------------------------------------
+
+
+def test_r16_4_a_rayjob_that_retries_once_and_fails_has_a_verdict_for_each_try() -> None:
+    from tests.unit.restart_stories import rayjob_retried_then_fails
+
+    got = verdicts(_observed(rayjob_retried_then_fails()))
+    interim, final = [v for v in got if not v.terminal], got[-1]
+    assert {(v.generation, v.code, v.kind) for v in interim} == {(0, "GpuFallenOffBus", "SYSTEM")}
+    assert interim[-1].faulted_pod is not None and interim[-1].faulted_pod.name == "rl-sweep-k2w9q-worker-gpu-w4m7z"
+    assert "failed its try 0 on RayCluster rl-sweep-k2w9q and is retried on a new one" in interim[-1].message
+    assert (final.terminal, final.generation, final.code, final.kind, final.gpu_fault) == (True, 1, "AppFailed", "USER", None)
+    assert final.key == interim[-1].key and final.tracked.kind == "RayJob"
+    assert final.reasons[0] == "1 earlier try failed, each with a verdict of its own (generation 0)"
+    # Each try is joined under its own cluster's key: the second's revisions start above the first's.
+    assert max(v.revision for v in interim) < final.revision

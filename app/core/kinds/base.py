@@ -90,6 +90,9 @@ class WorkloadKind:
     joins_pods_by_owner: bool = False
     # R13.4: it joins pods that ask for no GPU too (its pods are labelled with it).
     joins_any_pod: bool = False
+    # R16.4: its generations are joined under keys of their own (a RayJob's tries, each on
+    # its own RayCluster): their records' revisions start above the earlier ones'.
+    tries_apart: bool = False
     # R4.2, R13.4: the pod labels its selection reads (kept in a pod's facts).
     pod_labels: tuple[str, ...] = ()
     # The labels its operator sets on the pods it creates: such a pod is a child pod, never

@@ -1,10 +1,21 @@
 """RayJob (`ray.io/v1`, ray-project/kuberay ray-operator/apis/ray/v1/rayjob_types.go): the
 tracked resource under an orchestrator's labels (SPEC R1) or a workload attempt (R13).
 Its pods belong to its RayCluster and name only the cluster (`ray.io/cluster`), so the
-attempt stage meets them under the cluster's key (R13.4). Kueue suspends it (R15)."""
+attempt stage meets them under the cluster's key (R13.4). Kueue suspends it (R15).
+
+R16.4: with `spec.backoffLimit`, a failed try is retried on a new RayCluster. KubeRay
+writes the try's failure straight as `jobDeploymentStatus: Retrying` (never `Failed`),
+with `status.failed` counting it, while `rayClusterName` still names the try's cluster
+(KubeRay v1.7.0 rayjob_controller.go checkBackoffLimitAndUpdateStatusIfNeeded): that
+record ends the try, a generation of its own, whose verdict (`terminal: false`) is taken
+over its cluster's pods under its cluster's key. The next try runs on another cluster,
+under another key: its verdicts' revisions start above the earlier try's
+(`tries_apart`), and the final verdict counts the tries before it.
+"""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Final
 
 from app.core.base.bounds import Trim
@@ -24,6 +35,7 @@ RAY_CLUSTER: Final = "ray.io/cluster"
 RUNNING: Final = "Running"
 COMPLETE: Final = "Complete"
 DEPLOYMENT_FAILED: Final = "Failed"
+RETRYING: Final = "Retrying"
 JOB_FAILED: Final = "FAILED"  # rayjob_types.go JobStatusFailed
 JOB_SUCCEEDED: Final = "SUCCEEDED"
 
@@ -37,6 +49,7 @@ class RayJob(WorkloadKind):
     api = Api(RAYJOB, GROUP, ("v1",), "rayjobs", JOBS)
     tracked_under_labels = True
     kueue = True
+    tries_apart = True  # each try on a RayCluster of its own, under its own key (R16.4)
     pod_labels = (RAY_CLUSTER,)
     # common/pod.go labelPod: the cluster, the node type, the CRD the cluster came from.
     child_pod_labels = (RAY_CLUSTER, "ray.io/node-type", "ray.io/originated-from-crd")
@@ -55,16 +68,38 @@ class RayJob(WorkloadKind):
         return Route(ray_cluster_key(pod.cluster, pod.namespace, name), None) if name else None
 
     def selects(self, job: JobFacts, pod: PodFacts, ended: GenerationEnd | None = None) -> bool:
-        """R4.2: its cluster's pods; while the cluster name is empty no pod exists yet."""
+        """R4.2: its cluster's pods (a try that ended: that try's cluster's, R16.4); while the
+        cluster name is empty no pod exists yet."""
         if pod.namespace != job.namespace or not pod.is_child:
             return False
-        return bool(job.ray_cluster_name) and pod.labels.get(RAY_CLUSTER) == job.ray_cluster_name
+        cluster = ended.scope[0] if ended is not None else job.ray_cluster_name
+        return bool(cluster) and pod.labels.get(RAY_CLUSTER) == cluster
+
+    def generation(self, job: JobFacts) -> int:
+        """The try now ending: its index among the tries (`status.failed` counts it)."""
+        return max(job.tries - 1, 0)
+
+    def counters(self, job: Job) -> dict[str, int]:
+        """R16.4: the record showing a try retried (`Retrying`) ends that try: counter
+        `retrying/<try>` passes 0 under the try's own cluster's key, nowhere else."""
+        status = job.status
+        if status.job_deployment_status != RETRYING or not status.failed:
+            return {}
+        return {f"{RETRYING}/{status.failed - 1}": 1}
+
+    def generation_ended(self, counter: str, value: int, job: JobFacts, at: datetime) -> GenerationEnd:
+        attempt = int(counter.partition("/")[2])
+        cluster = job.ray_cluster_name
+        reason = f"{RAYJOB} {job.name} failed its try {attempt} on RayCluster {cluster} and is retried on a new one"
+        return GenerationEnd(f"try/{attempt}", attempt, f"try {attempt} (RayCluster {cluster})", reason, at, (cluster,))
 
     def failure(self, job: Job) -> CrdFailure | None:
         """R6.1: `status.reason` (else `RayJobFailed`), dated by a Failed condition if any,
         else the RayJob's own `status.endTime` (R5.2, R12.7)."""
         failed = true_condition(job.status.conditions, FAILED)
         status = job.status
+        if status.job_deployment_status == RETRYING:
+            return None  # R16.4: the try failed, the RayJob goes on (`counters`)
         if failed is None and status.job_deployment_status != DEPLOYMENT_FAILED and status.job_status != JOB_FAILED:
             return None
         message = status.message or (failed.message if failed else "")

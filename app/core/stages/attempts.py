@@ -26,7 +26,7 @@ from app.core.base.emit import Emit, dropped
 from app.core.stages.fleet_inputs import failure_changes, gpu_time_changes
 from app.core.verdicts.gpu_time import GpuTime, gpu_time_of
 from app.core.base.progress import Watermarks
-from app.core.verdicts.relevance import anchor_of, crd_failed_at, disrupted_within, is_relevant, pod_task_failed_at
+from app.core.verdicts.relevance import anchor_of, crd_failed_at, disrupted_within, is_relevant, pod_task_failed_at, run_began
 from app.core.base.rules import Rules
 from app.core.verdicts.classify import BaseFailure, Outcome, classify, pod_base_failure
 from app.model.facts import AttemptFact, AttributedFault, Counted, GenerationEnd, JobFacts, PodFacts
@@ -37,6 +37,7 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 # R8.1: a JobSet restarted in place says nothing of why; faults may (generic, so they can).
 RESTART_FAILURE_CODE = "Unknown"
 REVISIONS_KEPT = 20  # verdict revisions kept per attempt, for its evidence
+TRY_REVISIONS = 1000  # R16.4: revisions one try of a RayJob may emit before the next try's
 
 
 class AttemptState(msgspec.Struct, frozen=True):
@@ -79,8 +80,8 @@ def _relevant_faults(pods: list[PodFacts], failed_at: datetime, clamp: bool, sin
     their last restart explained that generation, not this one (R16.2)."""
     relevant = []
     for pod in pods:
-        anchor = anchor_of(pod, failed_at, clamp)
-        relevant.extend(f for f in pod.faults if is_relevant(f.fault, anchor, rules) and (since is None or f.fault.last_seen >= since))
+        anchor, began = anchor_of(pod, failed_at, clamp), run_began(pod, since)
+        relevant.extend(f for f in pod.faults if is_relevant(f.fault, anchor, rules) and (began is None or f.fault.last_seen >= began))
     return relevant
 
 
@@ -120,7 +121,8 @@ def _crd_verdicts(state: AttemptState, job: JobFacts, rules: Rules) -> list[_Ver
     workload = job.attempt.tracked if job.attempt is not None else None
     tracked = workload or ObjectRef(kind=job.kind, name=job.name, uid=job.uid)
     verdicts: list[_Verdict] = []
-    carried: list[str] = []
+    kind = registry.kind_named(job.kind)
+    carried = _earlier_tries(state, job) if kind is not None and kind.tries_apart else []
     kept_since: datetime | None = None  # the end of the latest in-place generation so far
     for ended in sorted(state.ended.values(), key=_ended_order):  # R8.1, R16.1, R16.2
         base = BaseFailure(RESTART_FAILURE_CODE, "USER", ended.reason)
@@ -133,13 +135,29 @@ def _crd_verdicts(state: AttemptState, job: JobFacts, rules: Rules) -> list[_Ver
             kept_since = ended.at
     failed_at = crd_failed_at(job, state.job_failed_seen_at)
     if job.failure is not None and failed_at is not None:
-        kind = registry.kind_named(job.kind)
         generation = kind.generation(job) if kind is not None else 0
         base = BaseFailure(job.failure.code, "USER", job.failure.message)
         pods = _child_pods(state, job)
         outcome = _outcome(base, pods, failed_at, job.namespace, rules, kept_since)
         verdicts.append(_Verdict(str(generation), tracked, generation, True, failed_at, outcome, tuple(carried), gpu_time_of(pods, failed_at, kept_since)))
     return verdicts
+
+
+def _earlier_tries(state: AttemptState, job: JobFacts) -> list[str]:
+    """R16.4: tries joined under keys of their own (a RayJob's, each on its own RayCluster)
+    before this key's first: each has its own verdict; this one counts them."""
+    first = min((g.number for g in state.ended.values()), default=max(job.tries - 1, 0))
+    if first <= 0:
+        return []
+    which = "generation 0" if first == 1 else f"generations 0 to {first - 1}"
+    return [f"{first} earlier {'try' if first == 1 else 'tries'} failed, each with a verdict of its own ({which})"]
+
+
+def _first_revision(state: AttemptState, verdict: _Verdict) -> int:
+    """The first revision this key emits: 0, or for tries joined under keys of their own
+    (R16.4) the try's number × TRY_REVISIONS, so an attempt's revisions grow across tries."""
+    kind = registry.kind_named(state.job.kind) if state.job is not None else None
+    return verdict.generation * TRY_REVISIONS if kind is not None and kind.tries_apart else 0
 
 
 def _ended_order(ended: GenerationEnd) -> tuple[datetime, int, str]:
@@ -268,7 +286,7 @@ def fold_attempt(
         ]
         state = msgspec.structs.replace(state, counted=counted)
     last = state.emitted
-    revision = last.revision + 1 if last is not None else 0
+    revision = last.revision + 1 if last is not None else _first_revision(state, verdicts[-1])
     record = _record(ident, verdicts[-1], revision, rules)
     if last is not None and msgspec.structs.replace(last, revision=revision) == record:
         return state, emits  # R7.2: an identical recomputation emits no verdict

@@ -37,6 +37,7 @@ def job_facts_of(
         attempt=attempt,
         restarts=job.status.restarts,
         counters=kind.counters(job),
+        tries=job.status.failed or 0,
         ray_cluster_name=job.status.ray_cluster_name,
         failure=CrdFailure(trim.token(failed.code), trim.message(failed.message), failed.at) if failed else None,
         completed=kind.completed(job),

@@ -82,8 +82,10 @@ def uid_named_by(event: Event) -> str:
 
 def _container_facts(name: str, status: ContainerStatus | None, trim: Trim) -> ContainerFacts:
     terminated = status.state.terminated if status is not None else None
+    before = status.last_state.terminated if status is not None else None
+    restarted_at = before.finished_at if before is not None else None
     if terminated is None:
-        return ContainerFacts(name=name, reported=status is not None)
+        return ContainerFacts(name=name, reported=status is not None, restarted_at=restarted_at)
     return ContainerFacts(
         name=name,
         reported=True,
@@ -92,6 +94,7 @@ def _container_facts(name: str, status: ContainerStatus | None, trim: Trim) -> C
         reason=trim.token(terminated.reason),
         message=trim.message(terminated.message),
         finished_at=terminated.finished_at,
+        restarted_at=restarted_at,
     )
 
 

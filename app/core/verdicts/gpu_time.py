@@ -17,7 +17,7 @@ from typing import Final
 
 import msgspec
 
-from app.core.verdicts.relevance import anchor_of
+from app.core.verdicts.relevance import anchor_of, run_began
 from app.core.base.rules import Rules
 from app.model.facts import NodeGpuSeconds, PodFacts
 from app.model.k8s import Pod, PodSpec
@@ -146,8 +146,9 @@ def pod_gpu_seconds(pod: PodFacts, failed_at: datetime, since: datetime | None =
     start = pod.started_at
     if start is None:
         return None if has_run(pod) else 0
-    if since is not None and since > start:
-        start = since
+    began = run_began(pod, since)
+    if began is not None and began > start:
+        start = began
     end = anchor_of(pod, failed_at, clamp=True)
     return pod.gpus * ((end - start) // _SECOND) if end > start else 0
 

@@ -40,6 +40,17 @@ def crd_failed_at(job: JobFacts, first_failed_observed_at: datetime | None) -> d
     return first_failed_observed_at
 
 
+def run_began(pod: PodFacts, restarted: datetime | None) -> datetime | None:
+    """R16.2: when the current run of a pod restarted in place began, by its own containers'
+    times (the latest end of a previous run: R12.7, not when the restart was seen); None
+    when its attempt was not restarted in place (`restarted` None) or the pod shows no
+    restart (a pod made after it)."""
+    if restarted is None:
+        return None
+    ends = [c.restarted_at for c in pod.containers if c.restarted_at is not None]
+    return max(ends) if ends else None
+
+
 def is_relevant(fault: GpuFault, anchor: datetime, rules: Rules) -> bool:
     """R5.3: [first_seen, last_seen] overlaps [anchor - window, anchor + slack], inclusive.
     An interval that ends before it starts explains nothing."""
