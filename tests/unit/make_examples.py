@@ -34,6 +34,8 @@ TRACES = {
     "jobset-in-place-restart.jsonl": ["jobset-in-place-restart"],
     # KubeRay v1.7's retried tries (SPEC R16.4): one try retried on a new RayCluster, then failed.
     "rayjob-retried.jsonl": ["rayjob-retried"],
+    # A LeaderWorkerSet's group recreated after an Xid 79 on its worker (SPEC R16.3).
+    "lws-group-recreated.jsonl": ["lws-group-recreated"],
 }
 _ALL = {**STORIES, **WORKLOAD_STORIES, **EVIDENCE_STORIES, **RESTART_STORIES}
 
