@@ -15,6 +15,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from tests.bridge.helpers import Operation, story_operations
 
 # What a client may send of an object's metadata on create (the server sets the rest).
@@ -66,6 +68,24 @@ def faultline(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[st
     """`faultline ARGS` to its end."""
     return subprocess.run([sys.executable, "-m", "app", *args], cwd=ROOT, env=faultline_env(), capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def start_faultline(*args: str, out: Path, err: Path) -> subprocess.Popen[bytes]:
+    """`faultline ARGS` in the background, its output and log into files."""
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        return subprocess.Popen([sys.executable, "-m", "app", *args], cwd=ROOT, env=faultline_env(), stdout=stdout, stderr=stderr,
+                                stdin=subprocess.DEVNULL)
+
+
+def verdicts_in(outputs: Path) -> dict[str, dict[str, Any]]:
+    """The latest verdict per attempt key in a command's `--out` file, so far."""
+    latest = {}
+    if outputs.exists():
+        for line in outputs.read_bytes().split(b"\n")[:-1]:
+            out = orjson.loads(line)
+            if out["topic"] == "faultline.classified-failures":
+                latest[out["key"]] = out["value"]
+    return latest
 
 
 def interrupt(proc: subprocess.Popen[bytes], how: int = signal.SIGINT) -> None:

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -23,7 +22,18 @@ import pytest
 from app.bridge.bridge import Bridge
 from app.bridge.client import KubeApi, api_client
 from tests.bridge.helpers import MemorySink, Running, settings, story_operations, wait_for
-from tests.bridge.realkube import CREATE_METADATA, ROOT, StoryPlayer, faultline_env, install_crd, interrupt, namespace, operator_crd
+from tests.bridge.realkube import (
+    CREATE_METADATA,
+    ROOT,
+    StoryPlayer,
+    faultline_env,
+    install_crd,
+    interrupt,
+    namespace,
+    operator_crd,
+    start_faultline,
+    verdicts_in,
+)
 from tests.unit import builders
 from tests.unit import gang_builders as gb
 from tests.unit.restart_stories import lws_group_recreated
@@ -207,22 +217,6 @@ def _table(text: str, first: str | None) -> dict[str, tuple[str, ...]]:
     return rows
 
 
-def _outputs(path: Path) -> dict[str, dict[str, Any]]:
-    latest: dict[str, dict[str, Any]] = {}
-    if path.exists():
-        for line in path.read_bytes().split(b"\n")[:-1]:
-            out = orjson.loads(line)
-            if out["topic"] == "faultline.classified-failures":
-                latest[out["key"]] = out["value"]
-    return latest
-
-
-def _start(*args: str, out: Path, err: Path) -> subprocess.Popen[bytes]:
-    with out.open("wb") as stdout, err.open("wb") as stderr:
-        return subprocess.Popen([sys.executable, "-m", "app", *args], cwd=ROOT, env=faultline_env(), stdout=stdout, stderr=stderr,
-                                stdin=subprocess.DEVNULL)
-
-
 def test_r16_3_a_leaderworkerset_group_recreated_is_recorded_and_run_prints_what_classify_gives(bare_apiserver, tmp_path):
     """The release's CRD installed; the LeaderWorkerSet, its pods and the Xid Event written as
     its controller, the kubelet and a node agent write them, the group's pods deleted and made
@@ -240,8 +234,8 @@ def test_r16_3_a_leaderworkerset_group_recreated_is_recorded_and_run_prints_what
     trace, outputs = tmp_path / "trace.jsonl", tmp_path / "outputs.jsonl"
     logs = {name: (tmp_path / f"{name}.out", tmp_path / f"{name}.err") for name in ("record", "run")}
     procs = {
-        "record": _start("record", *watch, "--out", str(trace), out=logs["record"][0], err=logs["record"][1]),
-        "run": _start("run", *watch, "--state", str(tmp_path / "state"), "--out", str(outputs), out=logs["run"][0], err=logs["run"][1]),
+        "record": start_faultline("record", *watch, "--out", str(trace), out=logs["record"][0], err=logs["record"][1]),
+        "run": start_faultline("run", *watch, "--state", str(tmp_path / "state"), "--out", str(outputs), out=logs["run"][0], err=logs["run"][1]),
     }
     try:
         wait_for(lambda: all("every watch has listed and is live" in err.read_text() for _, err in logs.values()), timeout=90,
@@ -256,7 +250,7 @@ def test_r16_3_a_leaderworkerset_group_recreated_is_recorded_and_run_prints_what
             changes = player.play_operations(ops[start:stop])
         wait_for(lambda: sum(1 for line in trace.read_bytes().split(b"\n")[:-1] if b'"type":"BOOKMARK"' not in line) == changes if trace.exists() else False,
                  timeout=60, what=f"{changes} changes in the trace")  # fmt: skip
-        wait_for(lambda: any(v["generation"] == 1 for v in _outputs(outputs).values()), timeout=60, what="the second generation's verdict from run")
+        wait_for(lambda: any(v["generation"] == 1 for v in verdicts_in(outputs).values()), timeout=60, what="the second generation's verdict from run")
     finally:
         for proc in procs.values():
             interrupt(proc)
@@ -268,7 +262,7 @@ def test_r16_3_a_leaderworkerset_group_recreated_is_recorded_and_run_prints_what
     print(f"\nfaultline run printed:\n{texts['run'][0]}\nfaultline classify of the recorded trace:\n{classified.stdout}")
     run_rows, classify_rows = _table(texts["run"][0], "run"), _table(classified.stdout, None)
     assert run_rows == classify_rows and list(run_rows) == [f"real-l/{ns}/LeaderWorkerSet/serve group 0"]
-    [verdict] = _outputs(outputs).values()
+    [verdict] = verdicts_in(outputs).values()
     lws = bare_apiserver.call("GET", f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{ns}/leaderworkersets/serve")
     assert verdict["key"] == f"real-l/{ns}/LeaderWorkerSet/serve/{lws['metadata']['uid']}/group/0"
     got = (verdict["generation"], verdict["code"], verdict["kind"], (verdict["gpu_fault"] or {}).get("code"), (verdict["faulted_pod"] or {}).get("name"))

@@ -19,7 +19,7 @@ import orjson
 import pytest
 
 from tests.bridge.helpers import wait_for
-from tests.bridge.realkube import ROOT, StoryPlayer, faultline_env, interrupt, namespace
+from tests.bridge.realkube import ROOT, StoryPlayer, faultline_env, interrupt, namespace, start_faultline, verdicts_in
 from tests.unit import builders, stories
 from tests.unit.scenario import final_verdicts
 
@@ -99,22 +99,6 @@ def changes_in(trace: Path) -> int:
     return sum(1 for line in trace.read_bytes().split(b"\n")[:-1] if b'"type":"BOOKMARK"' not in line)
 
 
-def verdicts_in(outputs: Path) -> dict[str, dict[str, Any]]:
-    latest = {}
-    if outputs.exists():
-        for line in outputs.read_bytes().split(b"\n")[:-1]:
-            out = orjson.loads(line)
-            if out["topic"] == "faultline.classified-failures":
-                latest[out["key"]] = out["value"]
-    return latest
-
-
-def start(*args: str, out: Path, err: Path) -> subprocess.Popen[bytes]:
-    with out.open("wb") as stdout, err.open("wb") as stderr:
-        return subprocess.Popen([sys.executable, "-m", "app", *args], cwd=ROOT, env=faultline_env(), stdout=stdout, stderr=stderr,
-                                stdin=subprocess.DEVNULL)
-
-
 def test_r13_run_on_the_api_server_prints_the_verdicts_classify_gives_for_the_recorded_trace(apiserver, tmp_path):
     records = workload_stories(datetime.now(timezone.utc) - timedelta(minutes=2))
     expected = story_summary(records)
@@ -124,8 +108,8 @@ def test_r13_run_on_the_api_server_prints_the_verdicts_classify_gives_for_the_re
     trace, outputs = tmp_path / "trace.jsonl", tmp_path / "outputs.jsonl"
     logs = {name: (tmp_path / f"{name}.out", tmp_path / f"{name}.err") for name in ("record", "run")}
     procs = {
-        "record": start("record", *watch, "--out", str(trace), out=logs["record"][0], err=logs["record"][1]),
-        "run": start("run", *watch, "--state", str(tmp_path / "state"), "--out", str(outputs), out=logs["run"][0], err=logs["run"][1]),
+        "record": start_faultline("record", *watch, "--out", str(trace), out=logs["record"][0], err=logs["record"][1]),
+        "run": start_faultline("run", *watch, "--state", str(tmp_path / "state"), "--out", str(outputs), out=logs["run"][0], err=logs["run"][1]),
     }
     try:
         wait_for(lambda: all("every watch has listed and is live" in err.read_text() for _, err in logs.values()), timeout=90,

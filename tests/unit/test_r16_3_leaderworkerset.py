@@ -14,7 +14,7 @@ from app.core.kinds.lws import MAX_GROUP_PODS, MAX_GROUPS
 from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, GANG_TRANSITIONS
 from tests.unit import builders as b
 from tests.unit.drivers import new_pipeline
-from tests.unit.restart_stories import _lws_status, _restarted, _running, _torn_down, lws_group_recreated
+from tests.unit.restart_stories import _restarted, _running, _torn_down, lws_group_recreated
 from tests.unit.scenario import final_verdicts, run, verdicts
 
 pytestmark = pytest.mark.usefixtures("driver")  # every rule through every driver
