@@ -230,3 +230,23 @@ def test_r16_3_kueues_workloads_for_the_groups_follow_no_gang_and_break_nothing(
     out = run(_observed(records + [b.record(workload, b.T0 - b.minutes(60), "ADDED"), b.record(evicted, b.T0 - b.minutes(20))]))
     assert not [e for e in out if e.topic in (GANG_TRANSITIONS, DEAD_LETTER)]
     assert [e.value.code for e in out if e.topic == CLASSIFIED_FAILURES][-1] == "GpuFallenOffBus"
+
+
+def test_r16_3_a_group_is_kept_while_it_lives_and_expires_once_its_object_or_all_its_pods_are_gone() -> None:
+    """R7.4 for a group: the LeaderWorkerSet never fails; its deletion ends its groups, and a
+    group scaled away (every pod of it deleted, the object alive) ends too."""
+    from app.core.base.rules import DEFAULT_RULES
+    from app.core.stages.attempts import attempt_expires_at
+
+    records = lws_group_recreated()
+    lws = next(r["value"]["object"] for r in records if r["value"]["object"]["kind"] == "LeaderWorkerSet")
+    last_pods = {r["key"]: r["value"]["object"] for r in records if r["topic"] == "k8s.pods" and r["value"]["type"] != "DELETED"}
+    gone = b.T0 + b.minutes(5)
+    for tail, ends in (([], False), ([b.record(p, gone, "DELETED") for p in last_pods.values()], True), ([b.record(lws, gone, "DELETED")], True)):
+        pipeline = new_pipeline()
+        for r in sorted(records, key=lambda r: r["value"]["observed_at"]) + tail:
+            pipeline.feed(r["topic"], r["key"], msgspec.json.encode(r["value"]))
+        [state] = pipeline.states["attempts"].values()
+        expires = attempt_expires_at(state, DEFAULT_RULES)
+        assert (expires is not None) == ends, tail
+        assert expires is None or expires == gone + DEFAULT_RULES.retention
