@@ -382,6 +382,18 @@ def test_r15_7_a_counted_eviction_folded_away_while_the_suspension_was_seen_is_r
         ], case
 
 
+def test_r15_7_a_counted_eviction_folded_away_ends_the_attempt_under_r9_with_the_policy_off() -> None:
+    """R9.4 with the policy off: the suspension seen, its eviction only counted, ends the
+    attempt (a system retry, the counted reason), as a seen preemption would."""
+    world = with_eviction_counts(GangWorld(policy="false"), ("Preempted", "", 0)).start().pause(30)
+    got = transitions(one_side_folded(world, 30.0, WORKLOADS).pause(30).complete().finish())
+    assert [(t.from_, t.to, t.code, t.retry, t.reconstructed) for t in got] == [
+        ("Pending", "Running", None, None, False),
+        ("Running", "Ended", "GangEvicted", "system", False),
+    ]
+    assert got[-1].cause is not None and got[-1].cause.reason == "Preempted"
+
+
 def test_r12_7_an_eviction_seen_while_the_jobs_suspension_was_folded_away_is_reported() -> None:
     """R12.7 ("never dropped"): the Workload's records show Kueue's eviction and its
     readmission; the job's watch relisted and shows it running again, its `Suspended`
