@@ -47,6 +47,24 @@ def policy_binding() -> dict[str, Any]:
     return binding
 
 
+_probes = iter(range(1 << 62))
+
+
+def wait_policy(kube: Any, ns: str, *, bound: bool, timeout: float = 30) -> None:
+    """Until the mark's admission policy is in force (`bound`) or no longer is: a change
+    to the condition by the cluster admin is then refused, or taken. Uses a probe pod of
+    its own in `ns`."""
+    if kube.request("GET", pod_path(ns, "policy-probe"))[0] == 404:
+        create_running_pod(kube, ns, "policy-probe")
+
+    def in_force() -> bool:
+        body = {"status": {"conditions": [{"type": GPU_FAULT_CONDITION, "status": "True", "reason": f"Probe{next(_probes)}"}]}}
+        status, _ = kube.request("PATCH", pod_path(ns, "policy-probe") + "/status", body, content_type="application/strategic-merge-patch+json")
+        return status == 403
+
+    wait_for(lambda: in_force() == bound, timeout=timeout, what=f"the mark's admission policy {'in force' if bound else 'unbound'}")
+
+
 def mark_kubeconfig(kube: Any, path: Path) -> Path:
     """A kubeconfig with the mark ServiceAccount's token: what the Deployment runs as."""
     return kube.write_kubeconfig(path, token=kube.create_token(*MARK_SA))

@@ -197,20 +197,12 @@ def policy(apiserver: Any, mark_sa: Path) -> Iterator[dict[str, str]]:
         mk.manifests.apply(apiserver, doc)
     binding = mk.policy_binding()
     mk.manifests.apply(apiserver, binding)
-    mk.create_running_pod(apiserver, tenant_ns, "probe")
-    probes = iter(range(1_000_000))
-
-    def admin_refused() -> bool:  # the policy is compiled and enforced a moment after it is bound
-        ours = {"status": {"conditions": [{"type": GPU_FAULT_CONDITION, "status": "True", "reason": f"Probe{next(probes)}"}]}}
-        status, _ = apiserver.request("PATCH", mk.pod_path(tenant_ns, "probe") + "/status", ours, content_type="application/strategic-merge-patch+json")
-        return status == 403
-
-    wait_for(admin_refused, timeout=30, what="the mark's admission policy in force")
+    mk.wait_policy(apiserver, tenant_ns, bound=True)  # compiled and enforced a moment after it is bound
     try:
         yield {"mark": apiserver.create_token(*mk.MARK_SA), "tenant": apiserver.create_token(tenant_ns, "tenant"), "tenant_ns": tenant_ns}
     finally:
         apiserver.call("DELETE", f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/{binding['metadata']['name']}")
-        wait_for(lambda: not admin_refused(), timeout=30, what="the policy unbound")
+        mk.wait_policy(apiserver, tenant_ns, bound=False)
 
 
 def patch_status(kube: Any, ns: str, name: str, body: dict[str, Any], token: str | None = None, kind: str = "strategic-merge") -> tuple[int, Any]:
