@@ -258,6 +258,14 @@ def run_live(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         return _fail(str(exc), 2)
     rules = rules_from_args(args)  # a bad rule file: exit 2 naming it, before anything starts
+    mark = None
+    if args.mark:
+        from app.mark import settings as mark_settings_mod
+
+        try:
+            mark = mark_settings_mod.load({name: getattr(args, name) for name in mark_settings_mod.EMBEDDED})
+        except SettingsError as exc:
+            return _fail(str(exc), 2)
     _setup_logging(kafka.log_level)
     from app.embedded.event_log import LogError
     from app.embedded.run_state import RunState, StateError, default_state_dir
@@ -281,11 +289,11 @@ def run_live(args: argparse.Namespace) -> int:
                 return _fail(f"cannot write the output file {args.out}: {exc.strerror or exc}; give --out a file you may write")
         printer = LivePrinter(sys.stdout, out, encode_output)
         show = printer.show
-        if args.mark:  # SPEC R18: the faults it emits, marked in this process
+        if mark is not None:  # SPEC R18: the faults it emits, marked in this process
             try:
-                show = marking = _marking(show, rules, watch, args)
-            except (BridgeError, SettingsError) as exc:
-                return _fail(str(exc), 2 if isinstance(exc, SettingsError) else 1)
+                show = marking = _marking(show, rules, watch, mark)
+            except BridgeError as exc:
+                return _fail(str(exc))
         try:
             code = _run_on(api, state, printer, show, rules, watch, args)
         except LogError as exc:
@@ -306,16 +314,14 @@ def run_live(args: argparse.Namespace) -> int:
     return code
 
 
-def _marking(show: Callable[[Any], None], rules: Rules, watch: BridgeSettings, args: argparse.Namespace) -> Any:
+def _marking(show: Callable[[Any], None], rules: Rules, watch: BridgeSettings, mark: Any) -> Any:
     """`run --mark`: the printer's `show`, then each fault marked or skipped (app/embedded/marking.py)."""
     from app.bridge.client import api_client
     from app.embedded.marking import MarkingOutput
-    from app.mark import settings as mark_settings_mod
     from app.mark.kube import PodApi
     from app.mark.marker import Marker
     from app.mark.metrics import MarkMetrics
 
-    mark = mark_settings_mod.load({name: getattr(args, name) for name in mark_settings_mod.EMBEDDED})
     api = PodApi(api_client(watch.kubeconfig, watch.context, connections=2))
     marker = Marker(
         api, cluster=watch.cluster, condition_type=mark.mark_condition_type, rules=rules, metrics=MarkMetrics(),

@@ -284,3 +284,25 @@ def test_r18_1_a_pod_being_deleted_is_marked_under_the_policy(apiserver, policy,
     finally:
         close(marker)
     assert len(mk.marks_of(apiserver, ns, "draining")) == 1
+
+
+def test_r18_2_the_mark_waits_out_an_api_server_restart(bare_apiserver, tmp_path):
+    """The API server down when a fault comes: the mark retries with backoff and marks once
+    it is back; nothing is skipped."""
+    kube = bare_apiserver
+    ns = namespace(kube, "outage")
+    served = mk.create_running_pod(kube, ns, "trainer")
+    fault = mk.fault_record(served, CLUSTER)
+    marker = marker_on(kube.write_kubeconfig(tmp_path / "kubeconfig"))
+    kube.stop_apiserver()
+    outcome: list[bool] = []
+    worker = threading.Thread(target=lambda: outcome.append(marker.mark(fault)))
+    try:
+        worker.start()
+        threading.Event().wait(2)  # a few failed tries
+        assert not outcome
+        kube.start_apiserver()
+        worker.join(timeout=60)
+    finally:
+        close(marker)
+    assert outcome == [True] and len(mk.marks_of(kube, ns, "trainer")) == 1
