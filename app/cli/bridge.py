@@ -127,15 +127,16 @@ def _setup_logging(level: str) -> None:
     logging.getLogger("urllib3").setLevel(logging.ERROR)
 
 
-def _on_signals(stop: threading.Event, saves_positions: bool) -> Callable[[], None]:
-    """SIGINT/SIGTERM ask for a clean stop; a second one interrupts at once."""
+def _on_signals(stop: threading.Event, saves_positions: bool, doing: str = "", logger: logging.Logger = log) -> Callable[[], None]:
+    """SIGINT/SIGTERM ask for a clean stop (what it does then: `doing`); a second one
+    interrupts at once."""
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    then = ", then saving the positions" if saves_positions else ""
+    doing = doing or "publishing what was received" + (", then saving the positions" if saves_positions else "")
 
     def handler(signum: int, frame: object) -> None:
         if stop.is_set():
             raise KeyboardInterrupt
-        log.info("stopping (signal %s): publishing what was received%s", signal.Signals(signum).name, then)
+        logger.info("stopping (signal %s): %s", signal.Signals(signum).name, doing)
         stop.set()
 
     for sig in previous:

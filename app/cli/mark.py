@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
-import sys
 import threading
-from collections.abc import Callable
 from typing import Any
 
 from app import settings as settings_mod
 from app.bridge import settings as bridge_settings_mod
+from app.cli.bridge import _on_signals, _setup_logging
 from app.cli.common import KAFKA, add_rules_option, fail, need, rules_from_args
 from app.cli.settings_flags import settings_flags
 from app.mark import settings as mark_settings_mod
@@ -45,27 +43,6 @@ def register(commands: argparse._SubParsersAction) -> None:
     p.set_defaults(run=run_mark)
 
 
-def _on_signals(stop: threading.Event) -> Callable[[], None]:
-    """SIGINT/SIGTERM: finish the batch in hand (or drop it, uncommitted, while a call
-    waits to be retried), commit, and exit; a second signal interrupts at once."""
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-
-    def handler(signum: int, frame: object) -> None:
-        if stop.is_set():
-            raise KeyboardInterrupt
-        log.info("stopping (signal %s): finishing the faults in hand", signal.Signals(signum).name)
-        stop.set()
-
-    for sig in previous:
-        signal.signal(sig, handler)
-
-    def restore() -> None:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-    return restore
-
-
 def _load(args: argparse.Namespace) -> tuple[Any, Any, Any]:
     kafka = settings_mod.load({name: getattr(args, name) for name in KAFKA_NAMES})
     cluster = bridge_settings_mod.load({name: getattr(args, name) for name in CLUSTER_NAMES})
@@ -80,9 +57,7 @@ def run_mark(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         return fail(str(exc), 2)
     rules = rules_from_args(args)
-    logging.basicConfig(level=kafka.log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("kafka").setLevel(logging.WARNING)
-    logging.getLogger("urllib3").setLevel(logging.ERROR)
+    _setup_logging(kafka.log_level)
     from kafka.errors import KafkaError
 
     from app.bridge.client import api_client
@@ -113,7 +88,9 @@ def run_mark(args: argparse.Namespace) -> int:
         concurrency=mark.mark_concurrency, remembered=mark.mark_remembered, backoff_initial=cluster.backoff_initial,
         backoff_max=cluster.backoff_max, give_up_after=cluster.give_up_after,
     )  # fmt: skip
-    restore = _on_signals(stop)
+    # SIGINT/SIGTERM: finish the batch in hand (or leave it uncommitted while a call waits
+    # to be retried), commit, and exit; a second signal interrupts at once.
+    restore = _on_signals(stop, False, "finishing the faults in hand", log)
     reader = None
     try:
         reader = consumer.consumer(kafka, mark)

@@ -17,7 +17,6 @@ binds the Job's pods and writes their status as a kubelet would.
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,7 +32,8 @@ from app.settings import Settings
 from ops.kube.local_apiserver import free_port
 from tests.bridge import markkube as mk
 from tests.bridge.helpers import wait_for
-from tests.bridge.realkube import ROOT, faultline_env, interrupt, namespace
+from tests.bridge.realkube import namespace
+from tests.integration.test_bridge_apiserver import faultline, stop
 from tests.conftest import local_apiserver, running_apiserver
 from tests.fleet import promtext
 
@@ -77,17 +77,7 @@ def mark_policy(job_cluster: Any) -> Iterator[None]:
 
 def start(name: str, *args: str, logs: Path) -> tuple[subprocess.Popen[bytes], Path]:
     log = logs / f"{name}.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "app", *args], cwd=ROOT, env=faultline_env(), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    return proc, log
-
-
-def stop(proc: subprocess.Popen[bytes], log: Path) -> str:
-    interrupt(proc)
-    text = log.read_text(errors="replace")
-    assert proc.returncode == 0, f"exit {proc.returncode}:\n{text[-3000:]}"
-    assert "Traceback" not in text, text[-3000:]
-    return text
+    return faultline(*args, log=log), log
 
 
 def gpu_job(name: str, ignore_gpu_faults: bool = True) -> dict[str, Any]:
