@@ -19,6 +19,7 @@ from tests.bridge.helpers import wait_for
 from tests.unit import builders
 from tests.unit.scenario import faults
 
+ROOT = Path(__file__).resolve().parents[2]
 NODE = builders.NODE  # the node the pods are bound to, and the fault events reported from
 MARK_SA = ("faultline", "faultline-mark")
 GPU_LIMITS = {"limits": {"nvidia.com/gpu": "1"}}

@@ -6,6 +6,7 @@ may add it once and change nothing else; nobody else may add, change or remove i
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,7 @@ from app.mark.marker import Marker
 from app.mark.metrics import MarkMetrics
 from tests.bridge import markkube as mk
 from tests.bridge.helpers import wait_for
-from tests.bridge.realkube import namespace
+from tests.bridge.realkube import install_crd, namespace, operator_crd
 
 pytestmark = pytest.mark.apiserver
 
@@ -306,3 +307,41 @@ def test_r18_2_the_mark_waits_out_an_api_server_restart(bare_apiserver, tmp_path
     finally:
         close(marker)
     assert outcome == [True] and len(mk.marks_of(kube, ns, "trainer")) == 1
+
+
+# --- R18.4: the policies the docs show -----------------------------------------------------------
+
+
+def documented(kind: str) -> dict[str, Any]:
+    """The one object of `kind` among docs/mark.md's YAML blocks."""
+    import yaml
+
+    text = (mk.ROOT / "docs" / "mark.md").read_text()
+    found = [d for d in (yaml.safe_load(block) for block in re.findall(r"```yaml\n(.*?)```", text, re.S)) if isinstance(d, dict) and d.get("kind") == kind]
+    assert len(found) == 1, f"docs/mark.md shows {len(found)} {kind} objects"
+    return found[0]
+
+
+def test_r18_4_the_documented_job_and_jobset_policies_are_valid_and_match_the_mark(bare_apiserver):
+    """Both policies of docs/mark.md, created with strict field validation: the Job by the
+    API server itself, the JobSet against JobSet v0.12.0's own CRD schema."""
+    kube = bare_apiserver
+    ns = namespace(kube, "docs")
+    job = documented("Job")
+    assert job["spec"]["podFailurePolicy"]["rules"] == [{"action": "Ignore", "onPodConditions": [{"type": GPU_FAULT_CONDITION}]}]
+    served = kube.call("POST", f"/apis/batch/v1/namespaces/{ns}/jobs?fieldValidation=Strict&dryRun=All", job)
+    assert served["spec"]["podFailurePolicy"]["rules"][0]["onPodConditions"] == [{"type": GPU_FAULT_CONDITION, "status": "True"}]
+
+    install_crd(kube, operator_crd("jobset-v0.12.0-jobsets.yaml"))
+    jobset = documented("JobSet")
+    [rule] = jobset["spec"]["failurePolicy"]["rules"]
+    assert (rule["action"], rule["onJobFailureReasons"]) == ("RestartJobSetAndIgnoreMaxRestarts", ["PodFailurePolicy"])
+    [child] = jobset["spec"]["replicatedJobs"]
+    assert child["template"]["spec"]["podFailurePolicy"]["rules"] == [{"action": "FailJob", "onPodConditions": [{"type": GPU_FAULT_CONDITION}]}]
+    path = f"/apis/jobset.x-k8s.io/v1alpha2/namespaces/{ns}/jobsets?fieldValidation=Strict"
+    kube.call("POST", path, jobset)
+    # The schema is upstream's: a misspelt field or an action it does not know is refused.
+    for broken in ({**rule, "onJobFailureReason": ["PodFailurePolicy"]}, {**rule, "action": "RestartIgnoringMaxRestarts"}):
+        wrong = {**jobset, "metadata": {"name": "wrong"}, "spec": {**jobset["spec"], "failurePolicy": {"rules": [broken]}}}
+        status, answer = kube.request("POST", path, wrong)
+        assert status in (400, 422), answer
