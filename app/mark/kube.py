@@ -41,6 +41,11 @@ class Refused(Exception):
     the others go on (the message is the server's)."""
 
 
+class Unreadable(Exception):
+    """The pod as served cannot be read into the view the rule reads: that pod is not
+    marked, the others go on (bad input never stops the mark, SPEC R11)."""
+
+
 class _Version(msgspec.Struct, frozen=True):
     resource_version: str = msgspec.field(default="", name="resourceVersion")
 
@@ -101,7 +106,7 @@ class PodApi:
         try:
             return FetchedPod(_pod.decode(data), _versioned.decode(data).metadata.resource_version)
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as exc:
-            raise Transient(f"{what}: the answer is not a pod ({exc})") from None
+            raise Unreadable(f"{what}: the answer is not a pod the rules can read ({exc})") from None
 
     def add_condition(self, namespace: str, name: str, resource_version: str, condition: MarkCondition, at: datetime) -> Patched:
         """Add `condition` to the pod at `resource_version`: "patched", "conflict" (the pod

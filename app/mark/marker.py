@@ -23,7 +23,7 @@ from app.bridge.errors import Transient
 from app.bridge.retry import Backoff, Outage
 from app.core.marking import FINAL, Mark, Skip, SkipReason, decide, screen
 from app.core.rules import Rules
-from app.mark.kube import PodApi, Refused
+from app.mark.kube import PodApi, Refused, Unreadable
 from app.mark.metrics import MarkMetrics
 from app.model.records import Fault
 
@@ -111,8 +111,15 @@ class Marker:
             return False
         namespace, name = fault.namespace, fault.fault.pod.name
         for _ in range(MAX_TRIES):
-            fetched = self._retrying(lambda: self.api.get(namespace, name), f"get pod {namespace}/{name}")
-            decision = decide(fault, fetched.pod if fetched is not None else None, self.condition_type, self.rules)
+            try:
+                fetched = self._retrying(lambda: self.api.get(namespace, name), f"get pod {namespace}/{name}")
+                decision = decide(fault, fetched.pod if fetched is not None else None, self.condition_type, self.rules)
+            except (Unreadable, ValueError, TypeError, OverflowError, RecursionError) as exc:
+                # A pod the rule cannot read (everything in it may be a tenant's) is not
+                # marked; it never stops the others.
+                self.metrics.unreadable()
+                log.error("not marked: pod %s/%s could not be read (fault %s): %s", namespace, name, fault.key, exc)
+                return False
             if isinstance(decision, Skip):
                 self._skipped(fault, decision)
                 if decision.reason in FINAL:

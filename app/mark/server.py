@@ -22,7 +22,7 @@ def render(metrics: MarkMetrics) -> str:
     family(lines, "faultline_mark_refused_total", "counter",
            "Marks the API server refused (admission, validation) or that kept conflicting: the pod was not marked.", [({}, s.refused)])  # fmt: skip
     family(lines, "faultline_mark_conflicts_total", "counter", "Patches answered 409 Conflict, read again and decided anew.", [({}, s.conflicts)])
-    family(lines, "faultline_mark_unreadable_total", "counter", "faultline.faults records that are no fault record (skipped).", [({}, s.unreadable)])
+    family(lines, "faultline_mark_unreadable_total", "counter", "faultline.faults records that are no fault record, and pods the rule could not read (skipped).", [({}, s.unreadable)])
     family(lines, "faultline_mark_other_cluster_total", "counter", "Faults of another cluster than --cluster (skipped).", [({}, s.other_cluster)])
     name = "faultline_mark_seconds"
     family(lines, name, "histogram", "From a fault's last_seen (its Event's time, at most when the bridge saw it) to its mark acknowledged.", [])
