@@ -100,7 +100,7 @@ def run_mark(args: argparse.Namespace) -> int:
             rules.version, f"; /metrics on {mark.mark_metrics_host}:{server.port}" if server else "",
         )  # fmt: skip
         consumer.run(reader, marker, metrics, stop)
-    except (MarkApiError, BridgeError) as exc:
+    except (MarkApiError, BridgeError, consumer.TopicMissing) as exc:
         return fail(str(exc))
     except KafkaError as exc:
         return fail(f"Kafka: {exc}")

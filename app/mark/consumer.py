@@ -55,9 +55,21 @@ def consumer(settings: Settings, mark: MarkSettings) -> Any:
         auto_offset_reset="earliest",
         fetch_max_wait_ms=settings.fetch_wait_ms,
         max_poll_records=MAX_POLL_RECORDS,
+        allow_auto_create_topics=False,  # a topic the workers never made is said, not made (the broker's default)
     )
-    kafka.subscribe([settings.topic(FAULTS)])
+    topic = settings.topic(FAULTS)
+    if not kafka.partitions_for_topic(topic):  # a group subscribed to no topic would wait in silence
+        kafka.close(autocommit=False)
+        raise TopicMissing(
+            f"the topic {topic} does not exist on {settings.bootstrap}: create the topics (faultline topics create, "
+            "with the workers' --topic-prefix) and run the workers, or fix --topic-prefix / FAULTLINE_TOPIC_PREFIX"
+        )
+    kafka.subscribe([topic])
     return kafka
+
+
+class TopicMissing(RuntimeError):
+    """The faults topic does not exist (the message says how to make it)."""
 
 
 def run(kafka: Any, marker: Marker, metrics: MarkMetrics, stop: threading.Event) -> None:

@@ -121,3 +121,14 @@ def test_r18_2_a_mark_killed_mid_stream_and_restarted_marks_every_pod_once(apise
     assert marked_in(replay_log) == [] and f"0 pod(s) marked; skipped: 1 not_critical, {PODS} already_marked" in replay_log.read_text()
     after: dict[str, Any] = {name: apiserver.call("GET", mk.pod_path(ns, name))["metadata"]["resourceVersion"] for name in versions}
     assert after == versions
+
+
+def test_r18_2_a_mark_without_its_topic_says_how_to_make_it(apiserver, kafka_bootstrap, topic_prefix, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "app", "mark", "--kubeconfig", str(apiserver.kubeconfig), "--cluster", CLUSTER,
+         "--bootstrap", kafka_bootstrap, "--topic-prefix", topic_prefix, "--mark-metrics-port", "0"],
+        cwd=ROOT, env=faultline_env(), capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert f"the topic {topic_prefix}faultline.faults does not exist" in result.stderr and "faultline topics create" in result.stderr
+    assert "Traceback" not in result.stderr
