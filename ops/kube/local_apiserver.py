@@ -166,7 +166,7 @@ CONTROLLER_MANAGER = "kube-controller-manager"
 # From the same pinned module graph as kube-apiserver (gomod/kube-apiserver/tools.go lists
 # it); the version stamped in, so that `--version` says what it is.
 CONTROLLER_MANAGER_BUILD = {"kube-apiserver": (CONTROLLER_MANAGER, "k8s.io/kubernetes/cmd/kube-controller-manager")}
-CONTROLLER_MANAGER_ESTIMATE = "about 6 minutes on 2 cores once kube-apiserver was built (a warm Go cache), about 12 without"
+CONTROLLER_MANAGER_ESTIMATE = "about 6 minutes on 2 cores once kube-apiserver was built (a warm Go cache), 12-25 without"
 
 
 def controller_manager_dir() -> Path:
