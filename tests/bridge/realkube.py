@@ -10,11 +10,13 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from app.model.envelope import JOBS, WORKLOADS
 from tests.bridge.helpers import Operation, story_operations
 
 # What a client may send of an object's metadata on create (the server sets the rest).
@@ -236,3 +238,46 @@ class StoryPlayer:
         self.kube.call("DELETE", self._path(current, plural, name), body)
         self.changes += 2 if plural == "pods" else 1  # a pod: deletionTimestamp, then gone
 
+
+
+class LiveKueue:
+    """A Kueue story (tests/unit/gang_builders.py GangWorld) played on the real API server
+    as it happens: each change is written the moment the world makes it, and every time it
+    carries (Kueue's condition times, the JobSet's `Suspended` condition) is read from the
+    real clock, in whole seconds as metav1.Time has them. So the objects' times are what a
+    cluster's controllers write: never before the API server created the object (its
+    `creationTimestamp`, which no client can set) and never after the write. A story
+    stamped at another time would date Kueue's conditions before the Workload's creation,
+    which no cluster does and the gang stage reads both (SPEC R12.7).
+
+    Time in the cluster passes with `sleep`, not `world.pause`."""
+
+    def __init__(self, kube: Any, ns: str, world: Any) -> None:
+        self.world, self.player, self.played = world, StoryPlayer(kube, ns), 0
+        world.step = timedelta(0)
+        world.now = datetime.now(timezone.utc)
+        world.published = self._write
+
+    def _write(self, world: Any) -> None:
+        ops = story_operations(world.records)
+        self.player.play_operations(ops[self.played :])
+        self.played = len(ops)
+        world.now = datetime.now(timezone.utc)
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+        self.world.now = datetime.now(timezone.utc)
+
+    @property
+    def changes(self) -> int:
+        """Changes the watches see (StoryPlayer.changes)."""
+        return self.player.changes
+
+    def condition_time(self, type_: str, status: str = "True", obj: str = "wl") -> datetime:
+        """The lastTransitionTime of the last condition `type_` = `status` the Workload
+        (`obj` "wl") or the JobSet ("js") was written with."""
+        topic = WORKLOADS if obj == "wl" else JOBS
+        found = [c["lastTransitionTime"] for line in self.world.records if line["topic"] == topic
+                 for c in line["value"]["object"]["status"].get("conditions", []) if c["type"] == type_ and c["status"] == status]  # fmt: skip
+        assert found, f"no {type_}={status} condition written"
+        return datetime.fromisoformat(found[-1].replace("Z", "+00:00"))

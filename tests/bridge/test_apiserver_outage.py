@@ -11,6 +11,8 @@ or `preemption_phases` with more steps, and asserts on `OutageRecording`.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -91,20 +93,33 @@ def test_issue_29_a_preemption_during_an_outage_is_seen_or_reconstructed_and_its
     down and coming back: what the bridge recorded classifies either as every transition
     seen, with the wait Kueue's own (the Workload's Evicted to Admitted condition times),
     or, where a relist folded the eviction away, as an eviction reconstructed from Kueue's
-    count of it — never as nothing having happened."""
+    count of it — never as nothing having happened. Each phase is stamped by the real
+    clock when it is played, as a cluster's controllers stamp it (tests/bridge/realkube.py
+    LiveKueue says why): Kueue evicted 6 s and readmitted 2 s before the API server took
+    their writes, after the outage."""
     from app.replay.pipeline import Pipeline
     from app.replay.trace import read_lines, replay
     from tests.unit.gang_builders import GangWorld, with_eviction_counts
 
-    world = with_eviction_counts(GangWorld(labels={}), ("Preempted", "", 0)).start().pause(60)
-    cuts = [len(world.records)]
-    with_eviction_counts(world, ("Preempted", "", 1)).preempt("InClusterQueue").suspend().jobs_stopped().release_quota().pause(30)
-    world.readmit().unsuspend().workers_ready().pods_ready()
-    cuts.append(len(world.records))
-    world.pause(60).complete().finish()
-    ops = story_operations(world.records)
-    at = [len(story_operations(world.records[:n])) for n in cuts]
-    phases = {"before": ops[: at[0]], "at_comeback": ops[at[0] : at[1]], "after": ops[at[1] :]}
+    world = with_eviction_counts(GangWorld(labels={}, step=timedelta(0)), ("Preempted", "", 0))
+    played = 0
+
+    def phase(change: Callable[[], object], back: float = 0.0) -> Callable[[], list[Operation]]:
+        def operations() -> list[Operation]:
+            nonlocal played
+            world.now = datetime.now(timezone.utc) - timedelta(seconds=back)
+            change()
+            ops = story_operations(world.records)
+            new, played = ops[played:], len(ops)
+            return new
+
+        return operations
+
+    def preempted_and_readmitted() -> None:
+        with_eviction_counts(world, ("Preempted", "", 1)).preempt("InClusterQueue").suspend().jobs_stopped().release_quota().pause(4)
+        world.readmit().unsuspend().workers_ready().pods_ready()
+
+    phases = {"before": phase(world.start), "at_comeback": phase(preempted_and_readmitted, back=6), "after": phase(lambda: world.complete().finish())}
     rec = record_through_outage(apiserver, real_api, phases, tmp_path / "outage-trace.jsonl", settings(**DEFAULT_RETRY), down_seconds=10.0)
     print("\n" + summary(rec))
     assert rec.live_after <= 2.0, summary(rec)
