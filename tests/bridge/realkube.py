@@ -242,21 +242,34 @@ class StoryPlayer:
 
 class LiveKueue:
     """A Kueue story (tests/unit/gang_builders.py GangWorld) played on the real API server
-    as it happens: each change is written the moment the world makes it, and every time it
-    carries (Kueue's condition times, the JobSet's `Suspended` condition) is read from the
-    real clock, in whole seconds as metav1.Time has them. So the objects' times are what a
-    cluster's controllers write: never before the API server created the object (its
+    as it happens: `live.preempt(...).suspend()` calls the world's methods, each change is
+    written the moment the world makes it, and every time it carries (Kueue's condition
+    times, the JobSet's `Suspended` condition) is read from the real clock, in whole
+    seconds as metav1.Time has them. So the objects' times are what a cluster's
+    controllers write: never before the API server created the object (its
     `creationTimestamp`, which no client can set) and never after the write. A story
     stamped at another time would date Kueue's conditions before the Workload's creation,
-    which no cluster does and the gang stage reads both (SPEC R12.7).
+    which no cluster does, and the gang stage reads both (SPEC R12.7).
 
-    Time in the cluster passes with `sleep`, not `world.pause`."""
+    Time in the cluster passes with `sleep` (the world's `pause` would date changes ahead
+    of the clock)."""
 
     def __init__(self, kube: Any, ns: str, world: Any) -> None:
         self.world, self.player, self.played = world, StoryPlayer(kube, ns), 0
         world.step = timedelta(0)
-        world.now = datetime.now(timezone.utc)
         world.published = self._write
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "pause":
+            raise AttributeError("LiveKueue.pause: use sleep, the story runs on the real clock")
+        method = getattr(self.world, name)
+
+        def change(*args: Any, **kwargs: Any) -> LiveKueue:
+            self.world.now = datetime.now(timezone.utc)
+            method(*args, **kwargs)
+            return self
+
+        return change
 
     def _write(self, world: Any) -> None:
         ops = story_operations(world.records)
@@ -264,9 +277,9 @@ class LiveKueue:
         self.played = len(ops)
         world.now = datetime.now(timezone.utc)
 
-    def sleep(self, seconds: float) -> None:
+    @staticmethod
+    def sleep(seconds: float) -> None:
         time.sleep(seconds)
-        self.world.now = datetime.now(timezone.utc)
 
     @property
     def changes(self) -> int:
@@ -281,3 +294,8 @@ class LiveKueue:
                  for c in line["value"]["object"]["status"].get("conditions", []) if c["type"] == type_ and c["status"] == status]  # fmt: skip
         assert found, f"no {type_}={status} condition written"
         return datetime.fromisoformat(found[-1].replace("Z", "+00:00"))
+
+    def kueues_wait(self) -> float:
+        """Kueue's wait for a readmission: from the Workload's last Evicted=True condition
+        to its last Admitted=True one, as written (SPEC R9.9)."""
+        return (self.condition_time("Admitted") - self.condition_time("Evicted")).total_seconds()

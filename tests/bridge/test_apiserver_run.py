@@ -231,11 +231,11 @@ def test_a_gang_preempted_while_run_is_down_is_waited_for_and_readmitted_as_one_
         for err in (ref_err, err_1):
             wait_for(lambda err=err: "every watch has listed and is live" in err.read_text(), timeout=90, what=f"{err.name}: live")
         live = LiveKueue(apiserver, ns, GangWorld(policy="true"))
-        live.world.start()
+        live.start()
         wait_for(lambda: "Pending -> Running" in out_1.read_text(), timeout=60, what="the gang running")
         stop(interrupted)
         live.sleep(1)
-        live.world.preempt("InCohortReclamation").suspend().jobs_stopped().release_quota()
+        live.preempt("InCohortReclamation").suspend().jobs_stopped().release_quota()
         wait_for(lambda: changes_logged(whole) == live.changes, timeout=60, what="the reference run's log")
         restarted, out_2, err_2 = start(broken, apiserver.kubeconfig, ns, "broken-2", tmp_path)
         wait_for(lambda: "-> WaitingForReadmission" in out_2.read_text(), timeout=60, what="the wait decided after the restart")
@@ -243,9 +243,9 @@ def test_a_gang_preempted_while_run_is_down_is_waited_for_and_readmitted_as_one_
         live.sleep(3)  # the wait goes on while it is down
         again, out_3, err_3 = start(broken, apiserver.kubeconfig, ns, "broken-3", tmp_path)
         wait_for(lambda: "every watch has listed and is live" in err_3.read_text(), timeout=90, what="broken-3: live")
-        live.world.readmit().unsuspend().workers_ready().pods_ready()
+        live.readmit().unsuspend().workers_ready().pods_ready()
         live.sleep(1)
-        live.world.complete().finish()
+        live.complete().finish()
         wait_for(lambda: "-> Completed" in ref_out.read_text() and "-> Completed" in out_3.read_text(), timeout=60, what="both runs: completed")
     finally:
         stop(reference)
@@ -266,7 +266,7 @@ def test_a_gang_preempted_while_run_is_down_is_waited_for_and_readmitted_as_one_
     assert evicted["status"] == "False"
     # Kueue's wait, in whole seconds as its conditions have them (the runs' clocks have
     # microseconds), and longer than the restarts it spanned.
-    assert waited(gang[2]) == kueues_wait(live) >= 3
+    assert waited(gang[2]) == live.kueues_wait() >= 3
 
 
 def transitions(*outs: Path) -> Counter[str]:
@@ -278,11 +278,6 @@ def waited(line: str) -> float:
     found = re.search(r"waited ([0-9.]+)s", line)
     assert found is not None, line
     return float(found.group(1))
-
-
-def kueues_wait(live: LiveKueue) -> float:
-    """From the Workload's Evicted=True condition to its Admitted=True one, as written."""
-    return (live.condition_time("Admitted") - live.condition_time("Evicted")).total_seconds()
 
 
 def gang_records(path: Path) -> list[dict[str, Any]]:
@@ -329,21 +324,21 @@ def test_r12_7_run_stopped_before_an_eviction_and_started_after_the_readmission_
         for err in (ref_err, err_1):
             wait_for(lambda err=err: "every watch has listed and is live" in err.read_text(), timeout=90, what=f"{err.name}: live")
         live = LiveKueue(apiserver, ns, GangWorld(policy="true" if labels is None else None, labels=labels))
-        live.world.start()
+        live.start()
         wait_for(lambda: changes_logged(broken) == live.changes == changes_logged(whole), timeout=60, what="the start in both logs")
         wait_for(lambda: "Pending -> Running" in out_1.read_text(), timeout=60, what="the gang running")
         before = changes_logged(broken)
         stop(interrupted)  # just before the eviction
         live.sleep(1)
-        live.world.preempt("InCohortReclamation").suspend().jobs_stopped().release_quota()
+        live.preempt("InCohortReclamation").suspend().jobs_stopped().release_quota()
         live.sleep(2)
-        live.world.readmit().unsuspend().workers_ready().pods_ready()
+        live.readmit().unsuspend().workers_ready().pods_ready()
         preempted = live.changes
         wait_for(lambda: changes_logged(whole) == preempted, timeout=60, what="the preemption in the reference run's log")
         restarted, out_2, err_2 = start(broken, apiserver.kubeconfig, ns, "broken-2", tmp_path)
         wait_for(lambda: changes_logged(broken) == preempted, timeout=90, what="the preemption in the restarted run's log")
         live.sleep(1)
-        live.world.complete().finish()
+        live.complete().finish()
         wait_for(lambda: "-> Completed" in ref_out.read_text() and "-> Completed" in out_2.read_text(), timeout=60, what="both runs: completed")
     finally:
         stop(reference)
@@ -365,7 +360,7 @@ def test_r12_7_run_stopped_before_an_eviction_and_started_after_the_readmission_
     assert [(t["from"], t["to"]) for t in gang] == [
         ("Pending", "Running"), ("Running", "WaitingForReadmission"), ("WaitingForReadmission", "Running"), ("Running", "Completed")]
     assert gang[1]["cause"] == "Preempted" and not any(t["reconstructed"] for t in gang)
-    assert gang[2]["waited_seconds"] == kueues_wait(live) >= 2
+    assert gang[2]["waited_seconds"] == live.kueues_wait() >= 2
 
 
 def test_r15_7_a_first_eviction_no_record_shows_is_reconstructed_after_a_relist(apiserver, tmp_path):
@@ -387,15 +382,16 @@ def test_r15_7_a_first_eviction_no_record_shows_is_reconstructed_after_a_relist(
         for err in (ref_err, err_1):
             wait_for(lambda err=err: "every watch has listed and is live" in err.read_text(), timeout=90, what=f"{err.name}: live")
         live = LiveKueue(apiserver, ns, GangWorld(labels={}))
-        live.world.start()
+        live.start()
         assert "schedulingStats" not in live.world.wl["status"]  # Kueue writes it at a first eviction
         wait_for(lambda: changes_logged(broken) == live.changes == changes_logged(whole), timeout=60, what="the start in both logs")
         wait_for(lambda: "Pending -> Running" in out_1.read_text(), timeout=60, what="the gang running")
         stop(interrupted)
         live.sleep(1)
-        with_eviction_counts(live.world, ("Preempted", "", 1)).preempt("InClusterQueue").suspend().jobs_stopped().release_quota()
+        with_eviction_counts(live.world, ("Preempted", "", 1))
+        live.preempt("InClusterQueue").suspend().jobs_stopped().release_quota()
         live.sleep(2)
-        live.world.readmit().unsuspend().workers_ready().pods_ready()
+        live.readmit().unsuspend().workers_ready().pods_ready()
         wait_for(lambda: changes_logged(whole) == live.changes, timeout=60, what="the preemption in the reference run's log")
         apiserver.compact()
         apiserver.stop_apiserver()  # its new watch cache starts at the current revision: the old positions are gone
@@ -404,7 +400,7 @@ def test_r15_7_a_first_eviction_no_record_shows_is_reconstructed_after_a_relist(
         wait_for(lambda: "every watch has listed and is live" in err_2.read_text(), timeout=90, what="broken-2: live")
         wait_for(lambda: "WaitingForReadmission -> Running" in out_2.read_text(), timeout=60, what="the reconstructed readmission")
         live.sleep(1)
-        live.world.complete().finish()
+        live.complete().finish()
         wait_for(lambda: "-> Completed" in ref_out.read_text() and "-> Completed" in out_2.read_text(), timeout=60, what="both runs: completed")
     finally:
         stop(reference)
@@ -423,7 +419,7 @@ def test_r15_7_a_first_eviction_no_record_shows_is_reconstructed_after_a_relist(
     seen = gang_records(tmp_path / "whole.jsonl")
     path = [("Pending", "Running"), ("Running", "WaitingForReadmission"), ("WaitingForReadmission", "Running"), ("Running", "Completed")]
     assert [(t["from"], t["to"]) for t in seen] == path and not any(t["reconstructed"] for t in seen)
-    assert seen[2]["waited_seconds"] == kueues_wait(live) >= 2
+    assert seen[2]["waited_seconds"] == live.kueues_wait() >= 2
     rebuilt = gang_records(tmp_path / "broken-2.jsonl")  # the whole event log's outputs, then the live ones
     assert [(t["from"], t["to"]) for t in rebuilt] == path
     assert [t["reconstructed"] for t in rebuilt] == [False, True, True, False]
