@@ -424,3 +424,59 @@ def test_r15_7_a_first_eviction_no_record_shows_is_reconstructed_after_a_relist(
     assert [(t["from"], t["to"]) for t in rebuilt] == path
     assert [t["reconstructed"] for t in rebuilt] == [False, True, True, False]
     assert rebuilt[1]["cause"] == "Preempted" and rebuilt[2]["waited_seconds"] is None
+
+
+SHORT_SKEW = 'name = "short-skew"\nmax_clock_skew_seconds = 5\n'  # SPEC R11.4's setting, small enough to outwait
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="defect (issue 34): SPEC R11.4 judges the backlog a resumed watch delivers, stamped when it arrives, against the "
+    "watermark of before the outage (R12.2 stops progress while a watch is not live), so an outage of run longer than "
+    "max_clock_skew dead-letters every change made meanwhile as a clock fault",
+)
+def test_r11_4_run_stopped_longer_than_max_clock_skew_folds_what_changed_meanwhile(apiserver, tmp_path):
+    """Issue 34: a pod task with an Xid 74 on its GPU runs while two runs watch it, both
+    with `max_clock_skew` 5 s (a rule file); one is stopped, the pod fails 8 s later, the
+    run is started again on its state. Its resumed watch delivers the failure stamped with
+    the new time, its event log gives back the watermark of before the stop. The restarted
+    run must classify the failure as the uninterrupted one does. Today it dead-letters the
+    failure's three records (failed, terminating, deleted) as clock faults and prints no
+    verdict, where the uninterrupted run prints GpuNvlinkError SYSTEM; replaying its event
+    log at the next start does the same, so the attempt is never classified."""
+    rules = tmp_path / "short-skew.toml"
+    rules.write_text(SHORT_SKEW)
+    builders.reset_ids()
+    records = stories.pod_task_nvlink(t0=datetime.now(timezone.utc))
+    ops = story_operations(records)
+    events = max(i for i, o in enumerate(ops) if o.plural == "events") + 1
+    ns = namespace(apiserver, "skew")
+    whole, broken = tmp_path / "whole-state", tmp_path / "broken-state"
+    reference, ref_out, ref_err = start(whole, apiserver.kubeconfig, ns, "whole", tmp_path, "--rules", str(rules))
+    interrupted, out_1, err_1 = start(broken, apiserver.kubeconfig, ns, "broken-1", tmp_path, "--rules", str(rules))
+    restarted = None
+    try:
+        for err in (ref_err, err_1):
+            wait_for(lambda err=err: "every watch has listed and is live" in err.read_text(), timeout=90, what=f"{err.name}: live")
+        player = StoryPlayer(apiserver, ns)
+        changes = player.play_operations(ops[:events])
+        wait_for(lambda: changes_logged(broken) == changes == changes_logged(whole), timeout=60, what="the running pod in both logs")
+        time.sleep(1)  # progress past the last change
+        stop(interrupted)
+        time.sleep(8)  # longer than max_clock_skew
+        changes = player.play_operations(ops[events:])
+        wait_for(lambda: changes_logged(whole) == changes, timeout=60, what="the failure in the reference run's log")
+        wait_for(lambda: "Xid 74" in ref_out.read_text(), timeout=60, what="the reference run's verdict")
+        restarted, out_2, err_2 = start(broken, apiserver.kubeconfig, ns, "broken-2", tmp_path, "--rules", str(rules))
+        wait_for(lambda: changes_logged(broken) == changes, timeout=90, what="the failure in the restarted run's log")
+        wait_for(lambda: "Xid 74" in out_2.read_text() or "clock fault" in err_2.read_text(), timeout=30, what="a verdict or a clock fault")
+        time.sleep(1)
+    finally:
+        stop(reference)
+        stop(interrupted)
+        if restarted is not None:
+            stop(restarted)
+    texts = {p.name: p.read_text() for p in (ref_err, err_1, err_2)}
+    assert reference.returncode == interrupted.returncode == restarted.returncode == 0, texts
+    assert "clock fault" not in texts["broken-2.err"], texts["broken-2.err"]
+    assert printed(out_1, out_2) == printed(ref_out)

@@ -18,7 +18,7 @@ import pytest
 from app.model.records import CLASSIFIED_FAILURES, GANG_TRANSITIONS
 from app.settings import Settings
 from app.kafka.topics import create_topics
-from tests.bridge.helpers import wait_for
+from tests.bridge.helpers import story_operations, wait_for
 from tests.bridge.realkube import ROOT, LiveKueue, StoryPlayer, faultline_env, interrupt, namespace, seconds_after_start, wrong_ca_kubeconfig
 from tests.unit import builders, stories
 from tests.unit.scenario import final_verdicts
@@ -229,3 +229,63 @@ def test_r12_7_the_bridge_restarted_during_preemptions_a_worker_gives_the_uninte
         assert steps[2][4] == live.kueues_wait() >= 2, (name, steps)
     letters = stream_stack.read("faultline.dead-letter")
     assert letters == [], [orjson.loads(r.value)["reason"] for r in letters]
+
+
+# --- R11.4: an outage longer than max_clock_skew ----------------------------------------------
+
+SHORT_SKEW = 'name = "short-skew"\nmax_clock_skew_seconds = 5\n'  # SPEC R11.4's setting, small enough to outwait
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="defect (issue 34): SPEC R11.4 judges the backlog a resumed watch delivers, stamped when it arrives, against the "
+    "watermark of before the outage (R12.2 stops progress while a watch is not live), so an outage of the bridge longer than "
+    "max_clock_skew dead-letters every change made meanwhile as a clock fault",
+)
+def test_r11_4_the_bridge_down_longer_than_max_clock_skew_a_running_worker_folds_what_changed_meanwhile(apiserver, stream_stack, tmp_path):
+    """Issue 34: a pod task with an Xid 74 on its GPU runs; `faultline bridge` publishes it
+    and a worker folds it, both the worker and a `run` watching all along with
+    `max_clock_skew` 5 s (a rule file). The bridge is stopped, the pod fails 8 s later, the
+    bridge is started again: its resumed watch publishes the failure stamped with the new
+    time, while the worker's watermark is the bridge's last progress before the stop. The
+    worker must classify the failure as the run does. Today it dead-letters the failure's
+    three records as clock faults and gives no verdict."""
+    rules = tmp_path / "short-skew.toml"
+    rules.write_text(SHORT_SKEW)
+    ns = namespace(apiserver, "bridge-skew")
+    watch = ["--kubeconfig", str(apiserver.kubeconfig), "--cluster", CLUSTER, "--namespaces", ns, "--progress-interval", "0.2"]
+    bridge_args = ["bridge", *watch, "--bootstrap", stream_stack.bootstrap, "--topic-prefix", stream_stack.prefix]
+    outputs = tmp_path / "run.jsonl"
+    logs = {name: tmp_path / f"{name}.log" for name in ("run", "bridge-1", "bridge-2")}
+    procs = {"run": faultline("run", *watch, "--rules", str(rules), "--state", str(tmp_path / "run-state"), "--out", str(outputs), log=logs["run"]),
+             "bridge-1": faultline(*bridge_args, log=logs["bridge-1"])}  # fmt: skip
+    stream_stack.start_worker(extra=("--rules", str(rules)))
+    texts: dict[str, str] = {}
+    try:
+        wait_for(lambda: all("every watch has listed and is live" in logs[n].read_text() for n in procs), timeout=90, what="every watch live")
+        builders.reset_ids()
+        ops = story_operations(stories.pod_task_nvlink(t0=datetime.now(timezone.utc)))
+        events = max(i for i, o in enumerate(ops) if o.plural == "events") + 1
+        player = StoryPlayer(apiserver, ns)
+        player.play_operations(ops[:events])
+        wait_for(lambda: len(stream_stack.read("faultline.faults")) > 0, timeout=120, what="the worker: the Xid 74 fault")
+        time.sleep(1)  # the worker reads progress past it
+        texts["bridge-1"] = stop(procs.pop("bridge-1"), logs["bridge-1"])
+        time.sleep(8)  # longer than max_clock_skew
+        player.play_operations(ops[events:])
+        wait_for(lambda: latest_verdicts(outputs.read_bytes().splitlines() if outputs.exists() else []), timeout=60, what="run's verdict")
+        procs["bridge-2"] = faultline(*bridge_args, log=logs["bridge-2"])
+        wait_for(lambda: "every watch has listed and is live" in logs["bridge-2"].read_text(), timeout=90, what="bridge-2 live")
+
+        def verdict_or_letter() -> bool:
+            return bool(stream_stack.read(CLASSIFIED_FAILURES) or stream_stack.read("faultline.dead-letter"))
+
+        wait_for(verdict_or_letter, timeout=60, what="the worker: a verdict or a dead letter")
+        time.sleep(2)  # the rest of the failure's records
+    finally:
+        texts |= {name: stop(proc, logs[name]) for name, proc in procs.items()}
+    letters = [orjson.loads(r.value)["reason"] for r in stream_stack.read("faultline.dead-letter")]
+    assert letters == [], letters
+    streamed = {r.key.decode(): orjson.loads(r.value) for r in stream_stack.read(CLASSIFIED_FAILURES)}
+    watched = latest_verdicts(outputs.read_bytes().splitlines())
+    assert summary(streamed) == summary(watched) and summary(watched)
