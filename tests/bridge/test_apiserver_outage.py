@@ -96,7 +96,10 @@ def test_issue_29_a_preemption_during_an_outage_is_seen_or_reconstructed_and_its
     count of it — never as nothing having happened. Each phase is stamped by the real
     clock when it is played, as a cluster's controllers stamp it (tests/bridge/realkube.py
     LiveKueue says why): Kueue evicted 6 s and readmitted 2 s before the API server took
-    their writes, after the outage."""
+    their writes, after the outage. Which watch resumes and which relists depends on when
+    each comes back: where one kind's part of the preemption is seen and the other's folded
+    away, nothing is reported today, a known defect (docs/rules.md, R15.7): the test xfails
+    on that outcome only (about 1 run in 5 here)."""
     from app.replay.pipeline import Pipeline
     from app.replay.trace import read_lines, replay
     from tests.unit.gang_builders import GangWorld, with_eviction_counts
@@ -126,6 +129,12 @@ def test_issue_29_a_preemption_during_an_outage_is_seen_or_reconstructed_and_its
 
     transitions = [e.value for e in replay(read_lines(rec.trace), Pipeline()) if e.topic == "faultline.gang-transitions"]
     path = [(t.from_, t.to) for t in transitions]
+    if path == [("Pending", "Running"), ("Running", "Completed")] and one_side_folded(rec):
+        pytest.xfail(
+            "defect (issue 34): one watch showed its object's part of the preemption while a relist folded the other's "
+            "away, and nothing is reported (tests/unit/test_r15_requeue.py: test_r15_7_a_counted_eviction_folded_away_"
+            "while_the_suspension_was_seen_is_reconstructed, test_r12_7_an_eviction_seen_while_the_jobs_suspension_was_folded_away_is_reported)"
+        )
     assert path == [("Pending", "Running"), ("Running", "WaitingForReadmission"), ("WaitingForReadmission", "Running"), ("Running", "Completed")], path
     waiting, back = transitions[1], transitions[2]
     assert waiting.cause is not None and waiting.cause.reason == "Preempted"
@@ -143,3 +152,15 @@ def _time(text: str):  # type: ignore[no-untyped-def]
     from datetime import datetime
 
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def one_side_folded(rec: OutageRecording) -> bool:
+    """The trace shows the JobSet suspended after it ran (a write of the comeback) but no
+    Workload record `Evicted=True`, or the other way round: one watch resumed, the other
+    relisted and folded its object's part of the preemption away."""
+    ran = max(int(w.resource_version) for w in rec.writes if w.phase == "before" and w.resource_version)
+    objects = [c["value"]["object"] for c in rec.changes()]
+    suspended = any(o["kind"] == "JobSet" and o["spec"].get("suspend") and int(o["metadata"]["resourceVersion"]) > ran for o in objects)
+    evicted = any(c.get("type") == "Evicted" and c.get("status") == "True"
+                  for o in objects if o["kind"] == "Workload" for c in (o.get("status") or {}).get("conditions", []))  # fmt: skip
+    return suspended != evicted
