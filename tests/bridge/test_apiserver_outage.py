@@ -99,7 +99,7 @@ def test_issue_29_a_preemption_during_an_outage_is_seen_or_reconstructed_and_its
     their writes, after the outage. Which watch resumes and which relists depends on when
     each comes back: where one kind's part of the preemption is seen and the other's folded
     away, nothing is reported today, a known defect (docs/rules.md, R15.7): the test xfails
-    on that outcome only (about 1 run in 5 here)."""
+    on that outcome only (6 runs of 36 here)."""
     from app.replay.pipeline import Pipeline
     from app.replay.trace import read_lines, replay
     from tests.unit.gang_builders import GangWorld, with_eviction_counts
