@@ -57,6 +57,16 @@ def namespace(kube: Any, prefix: str = "t") -> str:
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# SPEC R11.4's `max_clock_skew`, small enough for a test to outwait (default 1 h).
+SHORT_SKEW_SECONDS = 5
+
+
+def short_skew_rules(folder: Path) -> Path:
+    """A rule file (README "Reclassify history") with `max_clock_skew` SHORT_SKEW_SECONDS."""
+    path = folder / "short-skew.toml"
+    path.write_text(f'name = "short-skew"\nmax_clock_skew_seconds = {SHORT_SKEW_SECONDS}\n')
+    return path
+
 
 def faultline_env() -> dict[str, str]:
     """The environment of a `faultline` subprocess: the caller's without FAULTLINE_*

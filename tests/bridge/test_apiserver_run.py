@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from tests.bridge.helpers import Operation, story_operations, wait_for
-from tests.bridge.realkube import ROOT, LiveKueue, StoryPlayer, faultline_env, interrupt, namespace
+from tests.bridge.realkube import ROOT, SHORT_SKEW_SECONDS, LiveKueue, StoryPlayer, faultline_env, interrupt, namespace, short_skew_rules
 from tests.unit import builders, stories
 from tests.unit.scenario import final_verdicts
 
@@ -303,6 +303,64 @@ def observed(state: Path, after: int) -> list[datetime]:
     return times[after:]
 
 
+class TwoRuns:
+    """Two runs of one namespace: `whole` watches all along; `broken` is stopped and
+    started again on its own state (broken-1, broken-2, ...). As a context: both started
+    and live on entry, every process stopped on exit. `errors()` is what each said on
+    stderr, once each exited cleanly."""
+
+    def __init__(self, apiserver: Any, ns: str, tmp_path: Path, *more: str) -> None:
+        self.kubeconfig, self.ns, self.tmp_path, self.more = apiserver.kubeconfig, ns, tmp_path, more
+        self.whole, self.broken = tmp_path / "whole-state", tmp_path / "broken-state"
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.starts = 0  # of the broken run
+
+    def _start(self, state: Path, name: str) -> None:
+        self.procs[name], _, _ = start(state, self.kubeconfig, self.ns, name, self.tmp_path, *self.more)
+
+    def _live(self, name: str) -> Path:
+        err = self.tmp_path / f"{name}.err"
+        wait_for(lambda: "every watch has listed and is live" in err.read_text(), timeout=90, what=f"{name}: live")
+        return self.tmp_path / f"{name}.out"
+
+    def __enter__(self) -> TwoRuns:
+        self._start(self.whole, "whole")
+        self.start_again()
+        self._live("whole")
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for proc in self.procs.values():
+            stop(proc)
+
+    def start_again(self) -> Path:
+        """The broken run started (again), once live; its stdout."""
+        self.starts += 1
+        self._start(self.broken, f"broken-{self.starts}")
+        return self._live(f"broken-{self.starts}")
+
+    def stop_broken(self) -> None:
+        stop(self.procs[f"broken-{self.starts}"])
+
+    def outs(self, run: str) -> list[Path]:
+        """The stdout of `whole`, or of every start of `broken`."""
+        return [self.tmp_path / f"{name}.out" for name in self.procs if name.startswith(run)]
+
+    def gang(self, run: str) -> list[dict[str, Any]]:
+        """The gang transitions of `whole`, or of the latest start of `broken` (its --out
+        holds the outputs of the whole event log, then the live ones)."""
+        return gang_records(self.tmp_path / f"{run if run == 'whole' else f'broken-{self.starts}'}.jsonl")
+
+    def errors(self) -> dict[str, str]:
+        texts = {name: (self.tmp_path / f"{name}.err").read_text() for name in self.procs}
+        assert all(proc.returncode == 0 for proc in self.procs.values()), texts
+        assert not any("Traceback" in t for t in texts.values()), texts
+        return texts
+
+
+PREEMPTED_AND_BACK = [("Pending", "Running"), ("Running", "WaitingForReadmission"), ("WaitingForReadmission", "Running"), ("Running", "Completed")]
+
+
 @pytest.mark.parametrize("labels", [None, {}], ids=["orchestrator-labels", "bare-jobset"])
 def test_r12_7_run_stopped_before_an_eviction_and_started_after_the_readmission_prints_the_uninterrupted_runs_transitions(
     apiserver, tmp_path, labels
@@ -315,50 +373,34 @@ def test_r12_7_run_stopped_before_an_eviction_and_started_after_the_readmission_
     orchestrator's labels with resume after preemption on (R9) and for a bare JobSet (R15)."""
     from tests.unit.gang_builders import GangWorld
 
-    ns = namespace(apiserver, "order")
-    whole, broken = tmp_path / "whole-state", tmp_path / "broken-state"
-    reference, ref_out, ref_err = start(whole, apiserver.kubeconfig, ns, "whole", tmp_path)
-    interrupted, out_1, err_1 = start(broken, apiserver.kubeconfig, ns, "broken-1", tmp_path)
-    restarted = None
-    try:
-        for err in (ref_err, err_1):
-            wait_for(lambda err=err: "every watch has listed and is live" in err.read_text(), timeout=90, what=f"{err.name}: live")
-        live = LiveKueue(apiserver, ns, GangWorld(policy="true" if labels is None else None, labels=labels))
+    with TwoRuns(apiserver, namespace(apiserver, "order"), tmp_path) as runs:
+        live = LiveKueue(apiserver, runs.ns, GangWorld(policy="true" if labels is None else None, labels=labels))
         live.start()
-        wait_for(lambda: changes_logged(broken) == live.changes == changes_logged(whole), timeout=60, what="the start in both logs")
-        wait_for(lambda: "Pending -> Running" in out_1.read_text(), timeout=60, what="the gang running")
-        before = changes_logged(broken)
-        stop(interrupted)  # just before the eviction
+        wait_for(lambda: changes_logged(runs.broken) == live.changes == changes_logged(runs.whole), timeout=60, what="the start in both logs")
+        wait_for(lambda: "Pending -> Running" in runs.outs("broken")[0].read_text(), timeout=60, what="the gang running")
+        before = changes_logged(runs.broken)
+        runs.stop_broken()  # just before the eviction
         live.sleep(1)
         live.preempt("InCohortReclamation").suspend().jobs_stopped().release_quota()
         live.sleep(2)
         live.readmit().unsuspend().workers_ready().pods_ready()
         preempted = live.changes
-        wait_for(lambda: changes_logged(whole) == preempted, timeout=60, what="the preemption in the reference run's log")
-        restarted, out_2, err_2 = start(broken, apiserver.kubeconfig, ns, "broken-2", tmp_path)
-        wait_for(lambda: changes_logged(broken) == preempted, timeout=90, what="the preemption in the restarted run's log")
+        wait_for(lambda: changes_logged(runs.whole) == preempted, timeout=60, what="the preemption in the reference run's log")
+        out_2 = runs.start_again()
+        wait_for(lambda: changes_logged(runs.broken) == preempted, timeout=90, what="the preemption in the restarted run's log")
         live.sleep(1)
         live.complete().finish()
-        wait_for(lambda: "-> Completed" in ref_out.read_text() and "-> Completed" in out_2.read_text(), timeout=60, what="both runs: completed")
-    finally:
-        stop(reference)
-        stop(interrupted)
-        if restarted is not None:
-            stop(restarted)
-    texts = [p.read_text() for p in (ref_err, err_1, err_2)]
-    assert reference.returncode == interrupted.returncode == restarted.returncode == 0, texts
-    assert not any("Traceback" in t for t in texts), texts
+        wait_for(lambda: all("-> Completed" in o.read_text() for o in (*runs.outs("whole"), out_2)), timeout=60, what="both runs: completed")
+    runs.errors()
     # The premise: the restarted run got the whole preemption in bursts, a second at most apart.
-    burst = observed(broken, before)[: preempted - before]
+    burst = observed(runs.broken, before)[: preempted - before]
     print(f"\nthe restarted run read {len(burst)} changes of the preemption within {max(burst) - min(burst)}")
     assert len(burst) >= 8 and max(burst) - min(burst) < timedelta(seconds=1), burst
 
-    assert transitions(out_1, out_2) == transitions(ref_out)
-    # --out after the restart holds the outputs of the whole event log, then the live ones.
-    assert gang_records(tmp_path / "broken-2.jsonl") == gang_records(tmp_path / "whole.jsonl")
-    gang = gang_records(tmp_path / "whole.jsonl")
-    assert [(t["from"], t["to"]) for t in gang] == [
-        ("Pending", "Running"), ("Running", "WaitingForReadmission"), ("WaitingForReadmission", "Running"), ("Running", "Completed")]
+    assert transitions(*runs.outs("broken")) == transitions(*runs.outs("whole"))
+    assert runs.gang("broken") == runs.gang("whole")
+    gang = runs.gang("whole")
+    assert [(t["from"], t["to"]) for t in gang] == PREEMPTED_AND_BACK
     assert gang[1]["cause"] == "Preempted" and not any(t["reconstructed"] for t in gang)
     assert gang[2]["waited_seconds"] == live.kueues_wait() >= 2
 
@@ -373,60 +415,40 @@ def test_r15_7_a_first_eviction_no_record_shows_is_reconstructed_after_a_relist(
     never nothing; the uninterrupted run saw it and prints Kueue's wait."""
     from tests.unit.gang_builders import GangWorld, with_eviction_counts
 
-    ns = namespace(apiserver, "gap")
-    whole, broken = tmp_path / "whole-state", tmp_path / "broken-state"
-    reference, ref_out, ref_err = start(whole, apiserver.kubeconfig, ns, "whole", tmp_path)
-    interrupted, out_1, err_1 = start(broken, apiserver.kubeconfig, ns, "broken-1", tmp_path)
-    restarted = None
-    try:
-        for err in (ref_err, err_1):
-            wait_for(lambda err=err: "every watch has listed and is live" in err.read_text(), timeout=90, what=f"{err.name}: live")
-        live = LiveKueue(apiserver, ns, GangWorld(labels={}))
+    with TwoRuns(apiserver, namespace(apiserver, "gap"), tmp_path) as runs:
+        live = LiveKueue(apiserver, runs.ns, GangWorld(labels={}))
         live.start()
         assert "schedulingStats" not in live.world.wl["status"]  # Kueue writes it at a first eviction
-        wait_for(lambda: changes_logged(broken) == live.changes == changes_logged(whole), timeout=60, what="the start in both logs")
-        wait_for(lambda: "Pending -> Running" in out_1.read_text(), timeout=60, what="the gang running")
-        stop(interrupted)
+        wait_for(lambda: changes_logged(runs.broken) == live.changes == changes_logged(runs.whole), timeout=60, what="the start in both logs")
+        wait_for(lambda: "Pending -> Running" in runs.outs("broken")[0].read_text(), timeout=60, what="the gang running")
+        runs.stop_broken()
         live.sleep(1)
         with_eviction_counts(live.world, ("Preempted", "", 1))
         live.preempt("InClusterQueue").suspend().jobs_stopped().release_quota()
         live.sleep(2)
         live.readmit().unsuspend().workers_ready().pods_ready()
-        wait_for(lambda: changes_logged(whole) == live.changes, timeout=60, what="the preemption in the reference run's log")
+        wait_for(lambda: changes_logged(runs.whole) == live.changes, timeout=60, what="the preemption in the reference run's log")
         apiserver.compact()
         apiserver.stop_apiserver()  # its new watch cache starts at the current revision: the old positions are gone
         apiserver.start_apiserver()
-        restarted, out_2, err_2 = start(broken, apiserver.kubeconfig, ns, "broken-2", tmp_path)
-        wait_for(lambda: "every watch has listed and is live" in err_2.read_text(), timeout=90, what="broken-2: live")
+        out_2 = runs.start_again()
         wait_for(lambda: "WaitingForReadmission -> Running" in out_2.read_text(), timeout=60, what="the reconstructed readmission")
         live.sleep(1)
         live.complete().finish()
-        wait_for(lambda: "-> Completed" in ref_out.read_text() and "-> Completed" in out_2.read_text(), timeout=60, what="both runs: completed")
-    finally:
-        stop(reference)
-        stop(interrupted)
-        if restarted is not None:
-            stop(restarted)
-    texts = [p.read_text() for p in (ref_err, err_1, err_2)]
-    assert reference.returncode == interrupted.returncode == restarted.returncode == 0, texts
-    assert not any("Traceback" in t for t in texts), texts
-    assert "no longer has the state at resourceVersion" in texts[2]  # relisted
-    relisted = [orjson.loads(line)["value"]["object"] for path in sorted((broken / "log").glob("*.jsonl"))
+        wait_for(lambda: all("-> Completed" in o.read_text() for o in (*runs.outs("whole"), out_2)), timeout=60, what="both runs: completed")
+    assert "no longer has the state at resourceVersion" in runs.errors()["broken-2"]  # relisted
+    relisted = [orjson.loads(line)["value"]["object"] for path in sorted((runs.broken / "log").glob("*.jsonl"))
                 for line in path.read_bytes().splitlines() if b'"kind":"Workload"' in line and b'"type":"BOOKMARK"' not in line]  # fmt: skip
     shown = [c["status"] for o in relisted for c in (o.get("status") or {}).get("conditions", []) if c["type"] == "Evicted"]
     assert "True" not in shown  # no record the restarted run read shows the eviction
 
-    seen = gang_records(tmp_path / "whole.jsonl")
-    path = [("Pending", "Running"), ("Running", "WaitingForReadmission"), ("WaitingForReadmission", "Running"), ("Running", "Completed")]
-    assert [(t["from"], t["to"]) for t in seen] == path and not any(t["reconstructed"] for t in seen)
+    seen = runs.gang("whole")
+    assert [(t["from"], t["to"]) for t in seen] == PREEMPTED_AND_BACK and not any(t["reconstructed"] for t in seen)
     assert seen[2]["waited_seconds"] == live.kueues_wait() >= 2
-    rebuilt = gang_records(tmp_path / "broken-2.jsonl")  # the whole event log's outputs, then the live ones
-    assert [(t["from"], t["to"]) for t in rebuilt] == path
+    rebuilt = runs.gang("broken")
+    assert [(t["from"], t["to"]) for t in rebuilt] == PREEMPTED_AND_BACK
     assert [t["reconstructed"] for t in rebuilt] == [False, True, True, False]
     assert rebuilt[1]["cause"] == "Preempted" and rebuilt[2]["waited_seconds"] is None
-
-
-SHORT_SKEW = 'name = "short-skew"\nmax_clock_skew_seconds = 5\n'  # SPEC R11.4's setting, small enough to outwait
 
 
 @pytest.mark.xfail(
@@ -444,39 +466,23 @@ def test_r11_4_run_stopped_longer_than_max_clock_skew_folds_what_changed_meanwhi
     failure's three records (failed, terminating, deleted) as clock faults and prints no
     verdict, where the uninterrupted run prints GpuNvlinkError SYSTEM; replaying its event
     log at the next start does the same, so the attempt is never classified."""
-    rules = tmp_path / "short-skew.toml"
-    rules.write_text(SHORT_SKEW)
     builders.reset_ids()
-    records = stories.pod_task_nvlink(t0=datetime.now(timezone.utc))
-    ops = story_operations(records)
+    ops = story_operations(stories.pod_task_nvlink(t0=datetime.now(timezone.utc)))
     events = max(i for i, o in enumerate(ops) if o.plural == "events") + 1
-    ns = namespace(apiserver, "skew")
-    whole, broken = tmp_path / "whole-state", tmp_path / "broken-state"
-    reference, ref_out, ref_err = start(whole, apiserver.kubeconfig, ns, "whole", tmp_path, "--rules", str(rules))
-    interrupted, out_1, err_1 = start(broken, apiserver.kubeconfig, ns, "broken-1", tmp_path, "--rules", str(rules))
-    restarted = None
-    try:
-        for err in (ref_err, err_1):
-            wait_for(lambda err=err: "every watch has listed and is live" in err.read_text(), timeout=90, what=f"{err.name}: live")
-        player = StoryPlayer(apiserver, ns)
+    with TwoRuns(apiserver, namespace(apiserver, "skew"), tmp_path, "--rules", str(short_skew_rules(tmp_path))) as runs:
+        player = StoryPlayer(apiserver, runs.ns)
         changes = player.play_operations(ops[:events])
-        wait_for(lambda: changes_logged(broken) == changes == changes_logged(whole), timeout=60, what="the running pod in both logs")
+        wait_for(lambda: changes_logged(runs.broken) == changes == changes_logged(runs.whole), timeout=60, what="the running pod in both logs")
         time.sleep(1)  # progress past the last change
-        stop(interrupted)
-        time.sleep(8)  # longer than max_clock_skew
+        runs.stop_broken()
+        time.sleep(SHORT_SKEW_SECONDS + 3)
         changes = player.play_operations(ops[events:])
-        wait_for(lambda: changes_logged(whole) == changes, timeout=60, what="the failure in the reference run's log")
-        wait_for(lambda: "Xid 74" in ref_out.read_text(), timeout=60, what="the reference run's verdict")
-        restarted, out_2, err_2 = start(broken, apiserver.kubeconfig, ns, "broken-2", tmp_path, "--rules", str(rules))
-        wait_for(lambda: changes_logged(broken) == changes, timeout=90, what="the failure in the restarted run's log")
+        wait_for(lambda: changes_logged(runs.whole) == changes, timeout=60, what="the failure in the reference run's log")
+        wait_for(lambda: "Xid 74" in runs.outs("whole")[0].read_text(), timeout=60, what="the reference run's verdict")
+        out_2 = runs.start_again()
+        wait_for(lambda: changes_logged(runs.broken) == changes, timeout=90, what="the failure in the restarted run's log")
+        err_2 = tmp_path / "broken-2.err"
         wait_for(lambda: "Xid 74" in out_2.read_text() or "clock fault" in err_2.read_text(), timeout=30, what="a verdict or a clock fault")
         time.sleep(1)
-    finally:
-        stop(reference)
-        stop(interrupted)
-        if restarted is not None:
-            stop(restarted)
-    texts = {p.name: p.read_text() for p in (ref_err, err_1, err_2)}
-    assert reference.returncode == interrupted.returncode == restarted.returncode == 0, texts
-    assert "clock fault" not in texts["broken-2.err"], texts["broken-2.err"]
-    assert printed(out_1, out_2) == printed(ref_out)
+    assert "clock fault" not in runs.errors()["broken-2"]
+    assert printed(*runs.outs("broken")) == printed(*runs.outs("whole"))

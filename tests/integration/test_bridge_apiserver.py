@@ -19,7 +19,18 @@ from app.model.records import CLASSIFIED_FAILURES, GANG_TRANSITIONS
 from app.settings import Settings
 from app.kafka.topics import create_topics
 from tests.bridge.helpers import story_operations, wait_for
-from tests.bridge.realkube import ROOT, LiveKueue, StoryPlayer, faultline_env, interrupt, namespace, seconds_after_start, wrong_ca_kubeconfig
+from tests.bridge.realkube import (
+    ROOT,
+    SHORT_SKEW_SECONDS,
+    LiveKueue,
+    StoryPlayer,
+    faultline_env,
+    interrupt,
+    namespace,
+    seconds_after_start,
+    short_skew_rules,
+    wrong_ca_kubeconfig,
+)
 from tests.unit import builders, stories
 from tests.unit.scenario import final_verdicts
 
@@ -233,9 +244,6 @@ def test_r12_7_the_bridge_restarted_during_preemptions_a_worker_gives_the_uninte
 
 # --- R11.4: an outage longer than max_clock_skew ----------------------------------------------
 
-SHORT_SKEW = 'name = "short-skew"\nmax_clock_skew_seconds = 5\n'  # SPEC R11.4's setting, small enough to outwait
-
-
 @pytest.mark.xfail(
     strict=True,
     reason="defect (issue 34): SPEC R11.4 judges the backlog a resumed watch delivers, stamped when it arrives, against the "
@@ -250,8 +258,7 @@ def test_r11_4_the_bridge_down_longer_than_max_clock_skew_a_running_worker_folds
     time, while the worker's watermark is the bridge's last progress before the stop. The
     worker must classify the failure as the run does. Today it dead-letters the failure's
     three records as clock faults and gives no verdict."""
-    rules = tmp_path / "short-skew.toml"
-    rules.write_text(SHORT_SKEW)
+    rules = short_skew_rules(tmp_path)
     ns = namespace(apiserver, "bridge-skew")
     watch = ["--kubeconfig", str(apiserver.kubeconfig), "--cluster", CLUSTER, "--namespaces", ns, "--progress-interval", "0.2"]
     bridge_args = ["bridge", *watch, "--bootstrap", stream_stack.bootstrap, "--topic-prefix", stream_stack.prefix]
@@ -271,7 +278,7 @@ def test_r11_4_the_bridge_down_longer_than_max_clock_skew_a_running_worker_folds
         wait_for(lambda: len(stream_stack.read("faultline.faults")) > 0, timeout=120, what="the worker: the Xid 74 fault")
         time.sleep(1)  # the worker reads progress past it
         texts["bridge-1"] = stop(procs.pop("bridge-1"), logs["bridge-1"])
-        time.sleep(8)  # longer than max_clock_skew
+        time.sleep(SHORT_SKEW_SECONDS + 3)
         player.play_operations(ops[events:])
         wait_for(lambda: latest_verdicts(outputs.read_bytes().splitlines() if outputs.exists() else []), timeout=60, what="run's verdict")
         procs["bridge-2"] = faultline(*bridge_args, log=logs["bridge-2"])

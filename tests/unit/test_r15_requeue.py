@@ -4,6 +4,7 @@ driver; the same stories under an orchestrator's labels keep R9's answers."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import timedelta
 
 import msgspec
@@ -368,6 +369,16 @@ def _one_side_folded(world: GangWorld, waited: float, folded: str) -> GangWorld:
     return world
 
 
+def _one_side_folded_stories(folded: str) -> Iterator[tuple[tuple[object, float], GangWorld]]:
+    """A running gang preempted and readmitted with `folded`'s records folded, then
+    completed: a workload attempt and one under an orchestrator's labels, a wait shorter
+    than `watch_skew` and one longer."""
+    for labels in ({}, None):
+        for waited in (0.0, 30.0):
+            world = with_eviction_counts(GangWorld(labels=labels, policy="true"), ("Preempted", "", 0)).start().pause(30)
+            yield (labels, waited), _one_side_folded(world, waited, folded).pause(30).complete().finish()
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="defect (issue 34): R15.7 reconstructs a counted eviction only while the job runs (gang.hidden_evictions); "
@@ -380,17 +391,13 @@ def test_r15_7_a_counted_eviction_folded_away_while_the_suspension_was_seen_is_r
     seen suspended and resumed. The eviction is reported reconstructed, whether the wait
     was shorter than `watch_skew` or longer, for a workload attempt and under an
     orchestrator's labels."""
-    for labels in ({}, None):
-        for waited in (0.0, 30.0):
-            world = with_eviction_counts(GangWorld(labels=labels, policy="true"), ("Preempted", "", 0)).start().pause(30)
-            _one_side_folded(world, waited, WORKLOADS).pause(30).complete().finish()
-            got = transitions(world)
-            assert [(t.from_, t.to, t.reconstructed) for t in got] == [
-                ("Pending", "Running", False),
-                ("Running", "WaitingForReadmission", True),
-                ("WaitingForReadmission", "Running", True),
-                ("Running", "Completed", False),
-            ], (labels, waited)
+    for case, world in _one_side_folded_stories(WORKLOADS):
+        assert [(t.from_, t.to, t.reconstructed) for t in transitions(world)] == [
+            ("Pending", "Running", False),
+            ("Running", "WaitingForReadmission", True),
+            ("WaitingForReadmission", "Running", True),
+            ("Running", "Completed", False),
+        ], case
 
 
 @pytest.mark.xfail(
@@ -405,11 +412,8 @@ def test_r12_7_an_eviction_seen_while_the_jobs_suspension_was_folded_away_is_rep
     condition False with a time after the eviction (so it was suspended in between). The
     preemption and the readmission are reported, for a workload attempt and under an
     orchestrator's labels."""
-    for labels in ({}, None):
-        for waited in (0.0, 30.0):
-            world = with_eviction_counts(GangWorld(labels=labels, policy="true"), ("Preempted", "", 0)).start().pause(30)
-            _one_side_folded(world, waited, JOBS).pause(30).complete().finish()
-            assert path(world) == [*WAITED_AND_BACK, ("Running", "Completed")], (labels, waited)
+    for case, world in _one_side_folded_stories(JOBS):
+        assert path(world) == [*WAITED_AND_BACK, ("Running", "Completed")], case
 
 
 def test_r15_4_the_reports_are_the_same_whether_the_readmission_or_the_progress_past_the_limit_comes_first() -> None:
