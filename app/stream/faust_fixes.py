@@ -25,6 +25,7 @@ from typing import Any, Literal, NamedTuple
 
 from faust.streams import _current_event
 from faust.transport.drivers import aiokafka as faust_aiokafka
+from aiokafka.client import ConnectionGroup
 from faust.types.tuples import ack_lock
 from mode.services import WaitResults
 
@@ -525,6 +526,107 @@ def ack_offsets(app: Any, offsets: Mapping[Any, list[int]], token: InFlight | No
             waiter.set_result(None)
 
 
+_PATCHED_CONNECTS = "_faultline_backs_off_reconnects"
+RECONNECT_FIRST_SECONDS = 0.2  # after a first failed connection (aiokafka retries every 0.1 s)
+RECONNECT_MAX_SECONDS = 10.0  # the longest wait between two connections to a broker that is down
+PROBE_SECONDS = 1.0  # how often a broker that is down is probed (a TCP connection, closed at once)
+
+
+class _Reconnects:
+    """One broker address as seen from one event loop: its failed connections in a row,
+    when the next may be made, and the probe that says when it is back."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.failures = 0
+        self.next_at = 0.0
+        self.back = asyncio.Event()
+        self.probe: asyncio.Task[None] | None = None
+
+    async def wait(self) -> None:
+        """Until the next connection may be made, or the probe found the broker back."""
+        delay = self.next_at - asyncio.get_running_loop().time()
+        if delay > 0:
+            try:
+                await asyncio.wait_for(self.back.wait(), timeout=delay)
+            except asyncio.TimeoutError:
+                pass
+
+    def failed(self) -> None:
+        self.failures += 1
+        delay = min(RECONNECT_MAX_SECONDS, RECONNECT_FIRST_SECONDS * 2 ** min(self.failures - 1, 16))
+        loop = asyncio.get_running_loop()
+        self.next_at = loop.time() + delay
+        if self.probe is None or self.probe.done():
+            self.probe = loop.create_task(self._probe())
+
+    def connected(self) -> None:
+        self.failures, self.next_at = 0, 0.0
+
+    async def _probe(self) -> None:
+        while self.failures:
+            await asyncio.sleep(PROBE_SECONDS)
+            if not self.failures:
+                return
+            try:
+                _, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), timeout=PROBE_SECONDS)
+            except (OSError, asyncio.TimeoutError):
+                continue
+            writer.close()
+            self.next_at = 0.0  # back: every connection waiting is made now
+            back, self.back = self.back, asyncio.Event()
+            back.set()
+            return
+
+
+_RECONNECTS: weakref.WeakKeyDictionary[Any, dict[tuple[str, int], _Reconnects]] = weakref.WeakKeyDictionary()
+
+
+def back_off_reconnects() -> None:
+    """14. Space out the connections to a broker that is down, and make them again as soon
+    as it is back.
+
+    aiokafka retries a broker that refuses connections every `retry_backoff_ms` (100 ms)
+    in each of its loops (metadata, fetcher, group coordinator, heartbeat, producer
+    sender) and of each client (the consumer, the producer, the committed-offsets
+    reader), and each failed connection asks for a metadata update that tries every
+    broker again: ~140 connections a second per worker during an outage, each an ERROR
+    the log filter counts (app/stream/logs.py), a tenth of a core. Here a connection to
+    an address that failed waits before it is made again, 0.2 s after the first failure,
+    twice as long after each next one, at most `RECONNECT_MAX_SECONDS`; meanwhile a probe
+    (a TCP connection, closed at once) tries the address every `PROBE_SECONDS` and, once
+    it answers, lets every waiting connection through. The wait happens before
+    aiokafka's `AIOKafkaClient._get_conn` takes its connection lock, so a broker that is
+    down does not hold up connections to the others. Per event loop (Faust's consumer has
+    one of its own); applied once per process."""
+    from aiokafka.client import AIOKafkaClient
+
+    if getattr(AIOKafkaClient, _PATCHED_CONNECTS, False):
+        return
+    original = AIOKafkaClient._get_conn
+
+    async def _get_conn(self: Any, node_id: Any, *args: Any, **kwargs: Any) -> Any:
+        conn = self._conns.get((node_id, kwargs.get("group", ConnectionGroup.DEFAULT)))
+        broker = self.cluster.broker_metadata(node_id) if conn is None or not conn.connected() else None
+        if broker is None:
+            return await original(self, node_id, *args, **kwargs)
+        by_address = _RECONNECTS.setdefault(asyncio.get_running_loop(), {})
+        address = (broker.host, broker.port)
+        reconnects = by_address.get(address)
+        if reconnects is None:
+            reconnects = by_address[address] = _Reconnects(*address)
+        await reconnects.wait()
+        conn = await original(self, node_id, *args, **kwargs)
+        if conn is None:  # aiokafka logged the failure and asked for a metadata update
+            reconnects.failed()
+        else:
+            reconnects.connected()
+        return conn
+
+    AIOKafkaClient._get_conn = _get_conn
+    setattr(AIOKafkaClient, _PATCHED_CONNECTS, True)
+
+
 # --- The fence: what the patches rely on ---------------------------------------------------------
 
 
@@ -613,6 +715,12 @@ TARGETS: tuple[Target, ...] = (
     *(Target("ack_offsets", _CONSUMER, f"Consumer.{name}", "assigned")
       for name in ("_committed_offset", "_acked", "_acked_index", "_n_acked", "_unacked_messages", "_waiting_for_ack")),
     Target("ack_offsets", "faust.types.tuples", "ack_lock", "attribute"),
+    Target("back_off_reconnects", "aiokafka.client", "AIOKafkaClient._get_conn", "coroutine", ("self", "node_id")),
+    Target("back_off_reconnects", "aiokafka.client", "AIOKafkaClient._conns", "assigned"),
+    Target("back_off_reconnects", "aiokafka.client", "AIOKafkaClient.cluster", "assigned"),
+    Target("back_off_reconnects", "aiokafka.client", "", "code", ("conn_id = (node_id, group)", "async with self._get_conn_lock:", "return None")),
+    Target("back_off_reconnects", "aiokafka.cluster", "ClusterMetadata.broker_metadata", "function", ("self", "broker_id")),
+    Target("back_off_reconnects", "aiokafka.client", "ConnectionGroup.DEFAULT", "attribute"),
 )
 
 

@@ -38,6 +38,7 @@ PATCHES = (
     "hand_fetches_to_stages",  # 13
     "track",  # 13
     "ack_offsets",  # 13
+    "back_off_reconnects",  # 14
 )
 
 
