@@ -9,7 +9,7 @@ again on the same port and data folder. Printed: the worker's CPU while the brok
 down as a share of one core (baseline: the same worker idle, with the broker up, for as
 long, just before), the lines its log gained during the outage and until it said the
 outage was over, and the seconds from the broker's start until the worker said so and
-until it had folded a trace published then.
+until it had folded a trace published as it started.
 """
 
 from __future__ import annotations
@@ -87,14 +87,15 @@ def main() -> None:
             broker = LocalBroker(Path(tmp) / "broker", port=port)
             broker.start()
             back_from = time.monotonic()
+            lag = GroupLag(bootstrap)
+            _produce(bootstrap, prefix, records)  # a trace published as soon as the broker is back
+            _settled(lag, settings.app_id, topics, 300)
+            folded_after = time.monotonic() - back_from
             while "Kafka reachable again" not in log.read_text(errors="replace"):
                 if worker.poll() is not None or time.monotonic() - back_from > 300:
                     raise SystemExit("the worker never said Kafka was reachable again:\n" + log.read_text(errors="replace")[-3000:])
                 time.sleep(0.2)
             said_after = time.monotonic() - back_from
-            lag = GroupLag(bootstrap)
-            _produce(bootstrap, prefix, records)
-            folded_after = time.monotonic() - back_from + _settled(lag, settings.app_id, topics, 300)
             text = log.read_text(errors="replace").splitlines()
             outage_lines = text[lines_before:]
             said = [line for line in outage_lines if "Kafka" in line and ("unreachable" in line or "reachable again" in line)]
@@ -108,7 +109,7 @@ def main() -> None:
     print(f"log_lines_down: {lines_down} while it was down; {len(outage_lines)} from the outage to the end")
     for line in said:
         print(f"said: {line}")
-    print(f"back_seconds: {said_after:.1f} until the worker said Kafka was reachable again; {folded_after:.1f} until it had folded a trace published then")
+    print(f"back_seconds: {said_after:.1f} until the worker said Kafka was reachable again; {folded_after:.1f} until it had folded a trace published as it started")
     print(f"summary: a {args.seconds:.0f} s outage cost {100 * down:.1f}% of a core (idle {100 * idle:.1f}%), {len(outage_lines)} log lines; "
           f"folding again {folded_after:.1f} s after the broker's start (target: < 5% of a core, a few lines)")
 
