@@ -4,7 +4,8 @@ and how soon it is back at work once the broker is.
     python -m bench.outage [--seconds 60] [--crash] [--store rocksdb|memory]
 
 A broker of its own on a fixed port; one `faultline worker` (web server off) folds an
-example trace; then the broker is stopped (`--crash`: killed) for `--seconds` and started
+example trace; then the broker is stopped (`--crash`: killed while the worker folds the trace
+published again half a second before) for `--seconds` and started
 again on the same port and data folder. Printed: the worker's CPU while the broker was
 down as a share of one core (baseline: the same worker idle, with the broker up, for as
 long, just before), the lines its log gained during the outage and until it said the
@@ -53,7 +54,7 @@ def _settled(lag: GroupLag, group: str, topics: list[str], timeout: float) -> fl
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=60)
-    parser.add_argument("--crash", action="store_true", help="kill the broker (SIGKILL) instead of stopping it")
+    parser.add_argument("--crash", action="store_true", help="kill the broker (SIGKILL) instead of stopping it, half a second after a trace is published")
     parser.add_argument("--store", choices=["memory", "rocksdb"], default="rocksdb")
     args = parser.parse_args()
     records = _records()
@@ -78,6 +79,8 @@ def main() -> None:
             lag.close()
             pid = broker.pid()
             if args.crash and pid is not None:
+                _produce(bootstrap, prefix, records)  # killed while the worker folds them and sends
+                time.sleep(0.5)
                 os.kill(pid, signal.SIGKILL)  # no shutdown: its partitions' leaders are elected again at its start
             broker.stop()
             down_from, down_cpu = time.monotonic(), cpu_seconds(worker.pid) or 0.0
