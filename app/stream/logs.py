@@ -7,12 +7,12 @@ What the Kafka client libraries write that is not, and what the worker writes in
   here, not written: the worker says once that Kafka is unreachable (WARNING, with the
   first error), once a minute while it lasts (WARNING, with the count and the last error),
   and when it is over (INFO, how long, how many) — as the bridge says an API server
-  outage (app/bridge/retry.py). It is over once the broker has answered again (a
-  coordinator is discovered) and nothing failed for `quiet` seconds since, or nothing
-  failed for `quiet` seconds. The producer's retries of a batch while the broker comes
-  back (its partitions without a leader for a moment: "Got error produce response …,
-  retrying", a WARNING per batch and attempt, ~115 after a broker crash) are counted into
-  the same line. (The attempts themselves are spaced out while it lasts:
+  outage (app/bridge/retry.py). It is said to be over `quiet` seconds after the broker
+  answered again (a coordinator is discovered), or once nothing failed for `quiet`
+  seconds; what fails meanwhile is the reconnection settling. The producer's retries of a
+  batch while the broker comes back (its partitions without a leader for a moment: "Got
+  error produce response …, retrying", a WARNING per batch and attempt, ~115 after a
+  broker crash) are counted into the same line. (The attempts themselves are spaced out while it lasts:
   `faust_fixes.back_off_reconnects`.)
 - **A group coordinator being elected** (`GroupCoordinatorNotAvailableError` at the first
   start of a group on a new broker, while Kafka creates `__consumer_offsets`): one INFO
@@ -120,10 +120,11 @@ class KafkaLogs(logging.Filter):
                         self.episode.answered = now  # over once what follows it has settled
                     return False  # the closing line says it
                 return now >= self._settling_until  # else an echo of the reconnection
-            if self.episode is not None and _has(text, RETRIES):
-                self.episode.retries += 1
-                self.episode.last_failure = now
-                return False
+            if _has(text, RETRIES):
+                if self.episode is not None:
+                    self.episode.retries += 1
+                    return False
+                return now >= self._settling_until  # else an echo of the reconnection
             kind = "unreachable" if _has(text, UNREACHABLE) else "electing" if _has(text, ELECTING) else None
             follows = kind is None and record.levelno >= logging.WARNING and _has(text, FOLLOWS)
             if kind is None and not follows:
@@ -163,8 +164,6 @@ class KafkaLogs(logging.Filter):
         assert episode is not None
         episode.failures += 1
         episode.last, episode.last_failure = text, now
-        if kind is not None:
-            episode.answered = None  # failing again: not over when the broker answered
         if kind == "unreachable" and episode.kind == "electing":  # it was worse than an election
             self._open("unreachable", text, now)
 
@@ -172,8 +171,9 @@ class KafkaLogs(logging.Filter):
         episode = self.episode
         if episode is None:
             return
-        if episode.answered is not None and now - max(episode.answered, episode.last_failure) >= self.quiet:
-            self._close(episode.answered, "the broker answered")
+        if episode.answered is not None:
+            if now - episode.answered >= self.quiet:
+                self._close(episode.answered, "the broker answered")
         elif now - episode.last_failure >= self.quiet:
             self._close(episode.last_failure, f"nothing failed for {self.quiet:g}s")
         elif now - episode.said >= self.still_every:
