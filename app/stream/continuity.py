@@ -40,7 +40,6 @@ REWIND_PATIENCE_SECONDS = 20.0
 IDLE_CHECK_SECONDS = REWIND_PATIENCE_SECONDS / 4  # how often an idle agent checks (`when_idle`)
 LAG_CHECKS = 4  # idle checks in a row that find the committed offset behind before it is said
 STOPPED_FLOW_SECONDS = 60.0  # a rebalance (and its table recovery) longer than this is said
-COMMITTED_TIMEOUT_SECONDS = 30  # a committed offset not read in this time is asked for again
 
 
 class CommittedOffsets(Service):
@@ -58,27 +57,12 @@ class CommittedOffsets(Service):
             await self._consumer.stop()
 
     async def get(self, tp: Any) -> int | None:
-        """The group's committed offset of `tp`. aiokafka asks again for as long as the
-        broker answers with a retriable error, and an agent waiting for it folds nothing:
-        a read that takes longer than `COMMITTED_TIMEOUT_SECONDS` is said, and made again
-        from a new client (a stage that stood still without a word was one of the stalls
-        of issue 34)."""
-        while True:
-            async with self._starting:  # several agents ask at once at start-up
-                if self._consumer is None:
-                    consumer = clients.aio_consumer(self.settings, group_id=self.settings.app_id, enable_auto_commit=False)
-                    await consumer.start()
-                    self._consumer = consumer
-                consumer = self._consumer
-            try:
-                return await asyncio.wait_for(consumer.committed(TopicPartition(tp.topic, tp.partition)), timeout=COMMITTED_TIMEOUT_SECONDS)
-            except asyncio.TimeoutError:
-                log.warning("the group's committed offset of %s[%d] could not be read in %d s; asking again with a new client",
-                            tp.topic, tp.partition, COMMITTED_TIMEOUT_SECONDS)  # fmt: skip
-                async with self._starting:
-                    if self._consumer is consumer:
-                        self._consumer = None
-                await consumer.stop()
+        async with self._starting:  # several agents ask at once at start-up
+            if self._consumer is None:
+                consumer = clients.aio_consumer(self.settings, group_id=self.settings.app_id, enable_auto_commit=False)
+                await consumer.start()
+                self._consumer = consumer
+        return await self._consumer.committed(TopicPartition(tp.topic, tp.partition))
 
 
 class Continuity:
