@@ -415,12 +415,6 @@ class Runner:
         if scope.expiring is not None:
             scope.expiring.discard(key)
 
-    def unwait(self, scope: Scope, key: str) -> None:
-        """An expired state the driver could not drop yet no longer waits; it is found
-        expired again at the next sweep."""
-        if scope.waiting is not None:
-            scope.waiting.discard(key)
-
 
 def encoded(out: Out) -> bytes:
     """The JSON of a record to write."""
