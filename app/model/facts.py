@@ -140,7 +140,7 @@ class CrdFailure(msgspec.Struct, frozen=True):
 
 
 class JobFacts(msgspec.Struct, frozen=True, omit_defaults=True, tag="JobFacts", tag_field="fact"):
-    """The slim state of one tracked object (RayJob, PyTorchJob, MPIJob, TFJob, JobSet,
+    """The slim state of one tracked object (RayJob, PyTorchJob, MPIJob, TFJob, JAXJob, JobSet,
     batch/v1 Job) and the attempt it tracks (`attempt`: a TrainJob's for its JobSet, R13.4)."""
 
     cluster: str

@@ -435,6 +435,40 @@ def kubeflow_pod_labels(job_name: str = "mpi", replica: str = "worker", **attemp
     )
 
 
+def jaxjob(name: str, *, job_uid: str | None = None, workers: int = 2, gpus: int = 8, created: datetime = T0 - minutes(130), labels: dict | None = None, conditions: list[dict] | None = None) -> dict:
+    """A Kubeflow JAXJob (kubeflow.org/v1, SPEC R16.5) as kubeflow/trainer v1.9.4 serves it
+    once its defaults are applied (pkg/apis/kubeflow.org/v1/jax_defaults.go: replica
+    restartPolicy Never, runPolicy.cleanPodPolicy None, the `jax` container's port
+    `jaxjob-port` 6666)."""
+    container = {"name": "jax", "image": "ghcr.io/acme/jax-sft:2026.09", "ports": [{"name": "jaxjob-port", "containerPort": 6666, "protocol": "TCP"}],
+                 "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "JAXJob",
+        "metadata": _meta(name, job_uid or kube_uid(), created, labels),
+        "spec": {
+            "runPolicy": {"cleanPodPolicy": "None", "suspend": False},
+            "jaxReplicaSpecs": {"Worker": {"replicas": workers, "restartPolicy": "Never", "template": {"spec": {"containers": [container]}}}},
+        },
+        "status": {"conditions": conditions or [], "replicaStatuses": {}, "startTime": ts(created)},
+    }
+
+
+def jax_pod_labels(job: dict, index: int) -> dict[str, str]:
+    """The labels the v1 operator puts on a JAXJob's pod (kubeflow/trainer v1.9.4
+    pkg/controller.v1/common/job_controller.go GenLabels, common/pod.go createNewPod;
+    keys in pkg/apis/kubeflow.org/v1/common_types.go): job-role `master` on index 0 only."""
+    labels = {
+        "training.kubeflow.org/job-name": job["metadata"]["name"],
+        "training.kubeflow.org/operator-name": "jaxjob-controller",
+        "training.kubeflow.org/replica-type": "worker",
+        "training.kubeflow.org/replica-index": str(index),
+    }
+    if index == 0:
+        labels["training.kubeflow.org/job-role"] = "master"
+    return labels
+
+
 def ray_pod_labels(cluster: str, **attempt: str) -> dict[str, str]:
     return child_labels({"ray.io/cluster": cluster, "ray.io/node-type": "worker"}, **attempt)
 

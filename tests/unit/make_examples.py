@@ -6,7 +6,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from tests.unit import builders
-from tests.unit.stories import EVIDENCE_STORIES, STORIES, WORKLOAD_STORIES
+from tests.unit.stories import EVIDENCE_STORIES, R16_STORIES, STORIES, WORKLOAD_STORIES
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "traces"
 
@@ -27,8 +27,11 @@ TRACES = {
     # evidence story (disruptions, device health, a drain after an Xid 79).
     "jobset-drained-worker.jsonl": ["jobset-drained-worker"],
     "evidence.jsonl": list(EVIDENCE_STORIES),
+    # Kinds and evidence shipped in 2026 (SPEC R16): a Kubeflow JAXJob whose worker's GPU
+    # fell off the bus.
+    "jaxjob-xid79.jsonl": ["jaxjob-xid79"],
 }
-_ALL = {**STORIES, **WORKLOAD_STORIES, **EVIDENCE_STORIES}
+_ALL = {**STORIES, **WORKLOAD_STORIES, **EVIDENCE_STORIES, **R16_STORIES}
 
 
 def trace(stories: list[str]) -> bytes:

@@ -12,6 +12,8 @@ from tests.unit.builders import (
     condition,
     disruption_target,
     event,
+    jax_pod_labels,
+    jaxjob,
     job_pod_labels,
     jobset,
     jobset_child_labels,
@@ -450,4 +452,44 @@ EVIDENCE_STORIES = {
     "pod-bare-dra-unhealthy": bare_pod_dra_unhealthy,
     "jobset-gpu-unhealthy": jobset_gpu_unhealthy,
     "mpijob-xid79-drained": mpijob_xid79_drained,
+}
+
+
+# --- kinds and evidence shipped in 2026 (SPEC R16) --------------------------------------------
+
+
+def jaxjob_fell_off_the_bus(run: str = "gemma-sft", t0: datetime = T0) -> list[dict]:
+    """A Kubeflow JAXJob (R16.5) of two workers, no orchestrator, as kubeflow/trainer v1.9.4
+    writes it: worker 1's GPU falls off the bus (Xid 79), its `jax` container dies, the
+    operator records the exit on the job (a Normal Event) and fails it (JAXJobFailed: 1
+    Worker replica(s) failed). Worker 0 keeps running (cleanPodPolicy None)."""
+    created = t0 - minutes(40)
+    job = jaxjob(run, created=created, conditions=[condition("Created", "JAXJobCreated", f"JAXJob {run} is created.", created)])
+    out = [record(job, created, "ADDED")]
+    workers = [
+        pod(f"{run}-worker-{i}", pod_uid=kube_uid(), labels=jax_pod_labels(job, i), owners=owned_by(job), node=f"gpu-{110 + i}",
+            containers={"jax": running(t0 - minutes(37))}, created=t0 - minutes(39))
+        for i in range(2)
+    ]
+    out += [record(w, t0 - minutes(37), "ADDED") for w in workers]
+    started = condition("Running", "JAXJobRunning", f"JAXJob ml/{run} is running.", t0 - minutes(36))
+    out.append(record(updated(job, conditions=[*job["status"]["conditions"], started], replicaStatuses={"Worker": {"active": 2}}), t0 - minutes(36)))
+    out.append(record(event(workers[1], code=79, first=t0 - minutes(1.5), reporting="gpu-111"), t0 - minutes(1.5), "ADDED"))
+    out.append(record(_failed(workers[1], 1, t0 - minutes(0.5), "Error"), t0 - minutes(0.4)))
+    # kubeflow/trainer pkg/controller.v1/common/pod.go: the exit, on the job (not a fault: R2.1).
+    exited = event(workers[1], reason="ExitedWithCode", type_="Normal", message=f"Pod: ml.{run}-worker-1 exited with code 1", reporting=None, first=t0 - minutes(0.3))
+    exited["involvedObject"] = {"kind": "JAXJob", "namespace": "ml", "name": run, "uid": job["metadata"]["uid"], "apiVersion": "kubeflow.org/v1"}
+    exited["source"], exited["reportingComponent"] = {"component": "jaxjob-controller"}, "jaxjob-controller"
+    out.append(record(exited, t0 - minutes(0.3), "ADDED"))
+    failed = [
+        job["status"]["conditions"][0],
+        {**started, "status": "False"},
+        condition("Failed", "JAXJobFailed", f"JAXJob {run} is failed because 1 Worker replica(s) failed.", t0),
+    ]
+    out.append(record(updated(job, conditions=failed, replicaStatuses={"Worker": {"active": 1, "failed": 1}}, completionTime=ts(t0)), t0 + minutes(0.05)))
+    return out
+
+
+R16_STORIES = {
+    "jaxjob-xid79": jaxjob_fell_off_the_bus,
 }
