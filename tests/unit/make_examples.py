@@ -28,8 +28,11 @@ TRACES = {
     "jobset-drained-worker.jsonl": ["jobset-drained-worker"],
     "evidence.jsonl": list(EVIDENCE_STORIES),
     # Kinds and evidence shipped in 2026 (SPEC R16): a Kubeflow JAXJob whose worker's GPU
-    # fell off the bus.
+    # fell off the bus; a pod evicted by a DRA device taint; a pod Kueue's failure recovery
+    # force-deleted from an unreachable node.
     "jaxjob-xid79.jsonl": ["jaxjob-xid79"],
+    "job-device-taint.jsonl": ["job-device-taint"],
+    "job-kueue-force-deleted.jsonl": ["job-kueue-force-deleted"],
 }
 _ALL = {**STORIES, **WORKLOAD_STORIES, **EVIDENCE_STORIES, **R16_STORIES}
 
