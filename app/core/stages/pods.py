@@ -133,6 +133,8 @@ def pod_facts_of(
     failed_at = previous.failed_observed_at if previous is not None else None
     if failed_at is None and pod.status.phase == "Failed":
         failed_at = observed_at  # R5.2: the record that first showed Failed
+    known_deleted = previous.force_deleted if previous is not None else None
+    shown_deleted = shown_since(pod, observed_at)  # R16.6
     return PodFacts(
         cluster=cluster,
         namespace=meta.namespace,
@@ -155,7 +157,7 @@ def pod_facts_of(
         failed_observed_at=failed_at,
         deleted=change == "DELETED" or (previous is not None and previous.deleted),
         disruption=disruption_of(pod, observed_at, previous.disruption if previous is not None else None, trim),
-        force_deleted=force_deletion(previous.force_deleted if previous is not None else None, shown_since(pod, observed_at), []),
+        force_deleted=force_deletion(known_deleted, shown_deleted, []) if shown_deleted is not None else known_deleted,
         gpus=gpus_requested(pod.spec, rules, previous.gpus if previous is not None else 0),  # issue 30 (gpu_time.py)
         started_at=started_at_of(pod, observed_at, previous.started_at if previous is not None else None),
     )
