@@ -10,8 +10,6 @@ rights Kueue's ClusterRole grants. `faultline record` takes everything down and
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -20,8 +18,8 @@ import orjson
 import pytest
 
 from tests.bridge.helpers import wait_for
-from tests.bridge.realkube import ROOT, StoryPlayer, controller_job_status, faultline_env, install_crd, interrupt, namespace, operator_crd
-from tests.bridge.test_apiserver_workloads import attempt, classify_printed, run_printed, start, verdicts_in
+from tests.bridge.realkube import StoryPlayer, controller_job_status, install_crd, namespace, operator_crd
+from tests.bridge.test_apiserver_workloads import RecordAndRun, attempt, verdicts_in
 from tests.unit import builders, stories
 
 pytestmark = pytest.mark.apiserver
@@ -173,16 +171,8 @@ def test_r16_the_new_kinds_and_evidence_recorded_from_a_real_api_server_classify
     install_crd(kube, operator_crd(JAXJOB_CRD))
     ns = namespace(kube, "r16")
     cluster = Cluster(kube, ns, kueue_controller(kube))
-    watch = ["--kubeconfig", str(kube.kubeconfig), "--cluster", CLUSTER, "--namespaces", ns, "--progress-interval", "0.2"]
-    trace, outputs = tmp_path / "trace.jsonl", tmp_path / "outputs.jsonl"
-    logs = {name: (tmp_path / f"{name}.out", tmp_path / f"{name}.err") for name in ("record", "run")}
-    procs = {
-        "record": start("record", *watch, "--out", str(trace), out=logs["record"][0], err=logs["record"][1]),
-        "run": start("run", *watch, "--state", str(tmp_path / "state"), "--out", str(outputs), out=logs["run"][0], err=logs["run"][1]),
-    }
-    try:
-        wait_for(lambda: all("every watch has listed and is live" in err.read_text() for _, err in logs.values()), timeout=90,
-                 what="every watch live")
+    with RecordAndRun(kube, ns, CLUSTER, tmp_path) as watching:
+        trace, outputs = watching.trace, watching.outputs
         # R16.5: the JAXJob story, as kubeflow/trainer's operator writes it.
         builders.reset_ids()
         StoryPlayer(kube, ns).play(stories.jaxjob_fell_off_the_bus(t0=datetime.now(timezone.utc) - timedelta(minutes=2)))
@@ -212,12 +202,7 @@ def test_r16_the_new_kinds_and_evidence_recorded_from_a_real_api_server_classify
         wait_for(complete, timeout=60, what="every change in the trace")
         wait_for(lambda: {attempt(k)[:2] for k in verdicts_in(outputs)} == {("JAXJob", "gemma-sft"), ("Job", "vllm-shard"), ("Job", "ckpt-shard")}
                  and all(v["code"] in ("JAXJobFailed", "PodDisrupted") for v in verdicts_in(outputs).values()), timeout=60, what="three verdicts from run")  # fmt: skip
-    finally:
-        for proc in procs.values():
-            interrupt(proc)
-    texts = {name: (out.read_text(), err.read_text()) for name, (out, err) in logs.items()}
-    assert all(proc.returncode == 0 for proc in procs.values()), texts
-    assert not any("Traceback" in err for _, err in texts.values()), texts
+    watching.run_prints_what_classify_gives()
 
     # The server kept what each controller wrote, and the bridge recorded it.
     seen = recorded(trace)
@@ -231,14 +216,6 @@ def test_r16_the_new_kinds_and_evidence_recorded_from_a_real_api_server_classify
     jax = [v["object"] for v in seen if v["object"]["kind"] == "JAXJob"][-1]
     assert jax["apiVersion"] == "kubeflow.org/v1" and jax["status"]["replicaStatuses"]["Worker"] == {"active": 1, "failed": 1}
 
-    classified = subprocess.run([sys.executable, "-m", "app", "classify", str(trace)], cwd=ROOT, env=faultline_env(), capture_output=True,
-                                text=True, timeout=120)
-    assert classified.returncode == 0, classified.stderr
-    print(f"\nfaultline run printed:\n{texts['run'][0]}\nfaultline classify of the recorded trace:\n{classified.stdout}")
-    run_verdicts, run_transitions = run_printed(texts["run"][0])
-    trace_verdicts, trace_transitions = classify_printed(classified.stdout)
-    assert run_verdicts == trace_verdicts
-    assert run_transitions == trace_transitions
 
     verdicts = {attempt(key)[:2]: v for key, v in verdicts_in(outputs).items()}
     jaxjob = verdicts[("JAXJob", "gemma-sft")]
