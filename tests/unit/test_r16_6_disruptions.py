@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from app.core.base.rules import DEFAULT_DISRUPTION_REASONS, DEFAULT_RULES, Rules
-from app.core.evidence.force_deletion import EVENTS_KEPT
+from app.core.evidence.force_deletion import EVENTS_KEPT, REPORTER
 from app.model.records import DEAD_LETTER
 from tests.unit import builders as b
 from tests.unit.builders import (
@@ -212,7 +212,8 @@ def test_r16_6_trusted_reporters_when_set_must_list_kueues_controller() -> None:
     condition (pod status) is not an Event: it counts either way."""
     agent_only = Rules(trusted_reporters=("gpu-health-agent",))
     assert _event_only(rules=agent_only).code == "BackoffLimitExceeded"  # type: ignore[attr-defined]
-    both = Rules(trusted_reporters=("gpu-health-agent", "kueue-pod-termination-controller"))
+    both = Rules(trusted_reporters=("gpu-health-agent", REPORTER))
+    assert REPORTER == "kueue-pod-termination-controller"  # kueue v0.19.2 pkg/constants/constants.go PodTerminationControllerName
     assert _event_only(rules=both).code == "PodDisrupted"  # type: ignore[attr-defined]
     assert only_verdict(observed(job_kueue_force_deleted()), agent_only).reasons == [KUEUE_LINE]
 
