@@ -258,6 +258,7 @@ CRDS = (
     ("kubeflow.org", "PyTorchJob", "pytorchjobs", ("v1",), "v1"),
     ("kubeflow.org", "TFJob", "tfjobs", ("v1",), "v1"),
     ("kubeflow.org", "MPIJob", "mpijobs", ("v1", "v2beta1"), "v2beta1"),
+    ("kubeflow.org", "JAXJob", "jaxjobs", ("v1",), "v1"),
     ("trainer.kubeflow.org", "TrainJob", "trainjobs", ("v1alpha1",), "v1alpha1"),
 )
 
