@@ -10,14 +10,17 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import uuid
-from datetime import datetime
+from collections import Counter
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from tests.bridge.helpers import Operation, story_operations
+from app.model.envelope import JOBS, WORKLOADS
+from tests.bridge.helpers import Operation, story_operations, wait_for
 
 # What a client may send of an object's metadata on create (the server sets the rest).
 CREATE_METADATA = ("name", "labels", "annotations", "ownerReferences")
@@ -56,6 +59,16 @@ def namespace(kube: Any, prefix: str = "t") -> str:
 
 
 ROOT = Path(__file__).resolve().parents[2]
+
+# SPEC R11.4's `max_clock_skew`, small enough for a test to outwait (default 1 h).
+SHORT_SKEW_SECONDS = 5
+
+
+def short_skew_rules(folder: Path) -> Path:
+    """A rule file (README "Reclassify history") with `max_clock_skew` SHORT_SKEW_SECONDS."""
+    path = folder / "short-skew.toml"
+    path.write_text(f'name = "short-skew"\nmax_clock_skew_seconds = {SHORT_SKEW_SECONDS}\n')
+    return path
 
 
 def faultline_env() -> dict[str, str]:
@@ -97,6 +110,115 @@ def interrupt(proc: subprocess.Popen[bytes], how: int = signal.SIGINT) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+
+
+def changes_in(trace: Path) -> int:
+    """Changes in a `faultline record --out` file so far (its progress BOOKMARKs left out)."""
+    if not trace.exists():
+        return 0
+    return sum(1 for line in trace.read_bytes().split(b"\n")[:-1] if b'"type":"BOOKMARK"' not in line)
+
+
+# <cluster>/<namespace>/<Kind>/<name> then "/<uid>" (a key) or " (<uid, 8 characters>)" (a
+# name as printed), then a LeaderWorkerSet's group: "/group/<index>" or " group <index>".
+ATTEMPT = re.compile(
+    r"^[^/\s]+/[^/\s]+/(?P<kind>[A-Za-z]+)/(?P<name>[^/\s]+)(?:/(?P<uid>[0-9a-f-]{8})[0-9a-f-]*| \((?P<short>[0-9a-f]{8})\))?"
+    r"(?:/group/(?P<group>[0-9]+)| group (?P<shown>[0-9]+))?$"
+)
+
+
+def attempt(text: str) -> tuple[str, str, str, str]:
+    """(Kind, name, uid's first 8 characters, a LeaderWorkerSet's group or "") of a printed
+    attempt key or name."""
+    found = ATTEMPT.match(text.strip())
+    assert found, f"not an attempt key or name: {text!r}"
+    return found["kind"], found["name"], found["uid"] or found["short"] or "", found["group"] or found["shown"] or ""
+
+
+def cells(line: str) -> list[str]:
+    return re.split(r"\s{2,}", line.strip())
+
+
+def run_printed(text: str) -> tuple[dict[tuple[str, str, str, str], tuple[str, ...]], Counter[tuple[Any, ...]]]:
+    """`faultline run`'s table: the last verdict per attempt (code, kind, GPU-H, GPU fault,
+    pod) and the gang transitions (attempt, transition, code)."""
+    verdicts, transitions = {}, Counter()
+    for line in text.splitlines():
+        if not line.strip() or line[0].isspace():
+            continue  # a verdict's reasons, indented
+        row = cells(line)
+        if row[0] in ("verdict", "revised"):
+            verdicts[attempt(row[1])] = tuple(row[2:7])
+        elif row[0] == "gang":  # WHAT JOBSET CODE KIND GPU-H TRANSITION
+            transitions[(attempt(row[1]), row[5], row[2])] += 1
+    return verdicts, transitions
+
+
+def classify_printed(text: str) -> tuple[dict[tuple[str, str, str, str], tuple[str, ...]], Counter[tuple[Any, ...]]]:
+    """`faultline classify`'s two tables, read as `run_printed` reads run's."""
+    verdicts, transitions = {}, Counter()
+    section = None
+    for line in text.splitlines():
+        if not line.strip() or line[0].isspace():
+            continue
+        if line.startswith("ATTEMPT "):
+            section = "verdicts"
+        elif line.startswith("GANG TRANSITIONS"):
+            section = "gangs"
+        elif line.startswith("JOBSET "):
+            continue
+        elif section == "verdicts":
+            row = cells(line)  # ATTEMPT CODE KIND GPU-H GPU-FAULT POD, as run's
+            verdicts[attempt(row[0])] = tuple(row[1:6])
+        elif section == "gangs":
+            row = cells(line)
+            transitions[(attempt(row[0]), row[1], row[2])] += 1
+    return verdicts, transitions
+
+
+class RecordAndRun:
+    """`faultline record` and `faultline run` on namespace `ns` of `kube`, live once entered;
+    stopped on exit, each having ended cleanly. `trace` and `outputs` are theirs, `run_out`
+    what run printed."""
+
+    def __init__(self, kube: Any, ns: str, cluster: str, tmp_path: Path) -> None:
+        self.watch = ["--kubeconfig", str(kube.kubeconfig), "--cluster", cluster, "--namespaces", ns, "--progress-interval", "0.2"]
+        self.trace, self.outputs, self.state = tmp_path / "trace.jsonl", tmp_path / "outputs.jsonl", tmp_path / "state"
+        self.logs = {name: (tmp_path / f"{name}.out", tmp_path / f"{name}.err") for name in ("record", "run")}
+        self.run_out = ""
+
+    def __enter__(self) -> RecordAndRun:
+        (record_out, record_err), (run_out, run_err) = self.logs["record"], self.logs["run"]
+        self.procs = {
+            "record": start_faultline("record", *self.watch, "--out", str(self.trace), out=record_out, err=record_err),
+            "run": start_faultline("run", *self.watch, "--state", str(self.state), "--out", str(self.outputs), out=run_out, err=run_err),
+        }
+        try:
+            wait_for(lambda: all("every watch has listed and is live" in err.read_text() for _, err in self.logs.values()), timeout=90,
+                     what="every watch live")
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in self.procs.values():
+            interrupt(proc)
+        texts = {name: (out.read_text(), err.read_text()) for name, (out, err) in self.logs.items()}
+        self.run_out = texts["run"][0]
+        if exc[0] is None:
+            assert all(proc.returncode == 0 for proc in self.procs.values()), texts
+            assert not any("Traceback" in err for _, err in texts.values()), texts
+
+    def run_prints_what_classify_gives(self) -> None:
+        """`faultline classify` of the recorded trace: the verdicts and transitions run printed."""
+        classified = faultline("classify", str(self.trace), timeout=120)
+        assert classified.returncode == 0, classified.stderr
+        run_verdicts, run_transitions = run_printed(self.run_out)
+        trace_verdicts, trace_transitions = classify_printed(classified.stdout)
+        print(f"\nfaultline run printed:\n{self.run_out}\nfaultline classify of the recorded trace:\n{classified.stdout}")
+        assert run_verdicts == trace_verdicts
+        assert run_transitions == trace_transitions
 
 
 def wrong_ca_kubeconfig(kube: Any, tmp_path: Path) -> Path:
@@ -256,3 +378,63 @@ class StoryPlayer:
         self.kube.call("DELETE", self._path(current, plural, name), body)
         self.changes += 2 if plural == "pods" else 1  # a pod: deletionTimestamp, then gone
 
+
+class LiveKueue:
+    """A Kueue story (tests/unit/gang_builders.py GangWorld) played on the real API server
+    as it happens: `live.preempt(...).suspend()` calls the world's methods, each change is
+    written the moment the world makes it, and every time it carries (Kueue's condition
+    times, the JobSet's `Suspended` condition) is read from the real clock, in whole
+    seconds as metav1.Time has them. So the objects' times are what a cluster's
+    controllers write: never before the API server created the object (its
+    `creationTimestamp`, which no client can set) and never after the write. A story
+    stamped at another time would date Kueue's conditions before the Workload's creation,
+    which no cluster does, and the gang stage reads both (SPEC R12.7).
+
+    Time in the cluster passes with `sleep` (the world's `pause` would date changes ahead
+    of the clock)."""
+
+    def __init__(self, kube: Any, ns: str, world: Any) -> None:
+        self.world, self.player, self.played = world, StoryPlayer(kube, ns), 0
+        world.step = timedelta(0)
+        world.published = self._write
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "pause":
+            raise AttributeError("LiveKueue.pause: use sleep, the story runs on the real clock")
+        method = getattr(self.world, name)
+
+        def change(*args: Any, **kwargs: Any) -> LiveKueue:
+            self.world.now = datetime.now(timezone.utc)
+            method(*args, **kwargs)
+            return self
+
+        return change
+
+    def _write(self, world: Any) -> None:
+        ops = story_operations(world.records)
+        self.player.play_operations(ops[self.played :])
+        self.played = len(ops)
+        world.now = datetime.now(timezone.utc)
+
+    @staticmethod
+    def sleep(seconds: float) -> None:
+        time.sleep(seconds)
+
+    @property
+    def changes(self) -> int:
+        """Changes the watches see (StoryPlayer.changes)."""
+        return self.player.changes
+
+    def condition_time(self, type_: str, status: str = "True", obj: str = "wl") -> datetime:
+        """The lastTransitionTime of the last condition `type_` = `status` the Workload
+        (`obj` "wl") or the JobSet ("js") was written with."""
+        topic = WORKLOADS if obj == "wl" else JOBS
+        found = [c["lastTransitionTime"] for line in self.world.records if line["topic"] == topic
+                 for c in line["value"]["object"]["status"].get("conditions", []) if c["type"] == type_ and c["status"] == status]  # fmt: skip
+        assert found, f"no {type_}={status} condition written"
+        return datetime.fromisoformat(found[-1].replace("Z", "+00:00"))
+
+    def kueues_wait(self) -> float:
+        """Kueue's wait for a readmission: from the Workload's last Evicted=True condition
+        to its last Admitted=True one, as written (SPEC R9.9)."""
+        return (self.condition_time("Admitted") - self.condition_time("Evicted")).total_seconds()

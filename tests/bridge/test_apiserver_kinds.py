@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import re
-import subprocess
-import sys
 import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -24,14 +21,13 @@ from app.bridge.client import KubeApi, api_client
 from tests.bridge.helpers import MemorySink, Running, settings, story_operations, wait_for
 from tests.bridge.realkube import (
     CREATE_METADATA,
-    ROOT,
+    RecordAndRun,
     StoryPlayer,
-    faultline_env,
+    changes_in,
     install_crd,
-    interrupt,
     namespace,
     operator_crd,
-    start_faultline,
+    run_printed,
     verdicts_in,
 )
 from tests.unit import builders
@@ -201,22 +197,6 @@ def test_r13_2_batch_jobs_are_recorded_and_a_trainjob_crd_installed_later_is_pic
 # --- SPEC R16.3: a LeaderWorkerSet's group recreated ------------------------------------------
 
 
-def _table(text: str, first: str | None) -> dict[str, tuple[str, ...]]:
-    """The last verdict per attempt as printed, the attempt's name without its uid: `run`'s
-    rows start with what happened (`first`), `classify`'s with the attempt."""
-    rows: dict[str, tuple[str, ...]] = {}
-    for line in text.splitlines():
-        if not line.strip() or line[0].isspace() or line.startswith(("ATTEMPT ", "WHAT ")):
-            continue
-        cells = re.split(r"\s{2,}", line.strip())
-        if first is not None:
-            if cells[0] not in ("verdict", "revised"):
-                continue
-            cells = cells[1:]
-        rows[re.sub(r" \([0-9a-f]{8}\)", "", cells[0])] = tuple(cells[1:6])
-    return rows
-
-
 def test_r16_3_a_leaderworkerset_group_recreated_is_recorded_and_run_prints_what_classify_gives(bare_apiserver, tmp_path):
     """The release's CRD installed; the LeaderWorkerSet, its pods and the Xid Event written as
     its controller, the kubelet and a node agent write them, the group's pods deleted and made
@@ -229,17 +209,8 @@ def test_r16_3_a_leaderworkerset_group_recreated_is_recorded_and_run_prints_what
                       for v in final_verdicts(records).values())  # fmt: skip
     assert expected == [(1, "OOMKilled", "USER", None, None)]
     ns = namespace(bare_apiserver, "lws")
-    watch = ["--kubeconfig", str(bare_apiserver.kubeconfig), "--cluster", "real-l", "--namespaces", ns, "--kinds", "Pod,Event,LeaderWorkerSet",
-             "--progress-interval", "0.2"]  # fmt: skip
-    trace, outputs = tmp_path / "trace.jsonl", tmp_path / "outputs.jsonl"
-    logs = {name: (tmp_path / f"{name}.out", tmp_path / f"{name}.err") for name in ("record", "run")}
-    procs = {
-        "record": start_faultline("record", *watch, "--out", str(trace), out=logs["record"][0], err=logs["record"][1]),
-        "run": start_faultline("run", *watch, "--state", str(tmp_path / "state"), "--out", str(outputs), out=logs["run"][0], err=logs["run"][1]),
-    }
-    try:
-        wait_for(lambda: all("every watch has listed and is live" in err.read_text() for _, err in logs.values()), timeout=90,
-                 what="every watch live")  # fmt: skip
+    with RecordAndRun(bare_apiserver, ns, "real-l", tmp_path) as watching:
+        trace, outputs = watching.trace, watching.outputs
         player, changes = StoryPlayer(bare_apiserver, ns), 0
         ops = story_operations(records)
         # A generation is told by its pods' creationTimestamps (whole seconds): each is made a second after the last.
@@ -248,22 +219,12 @@ def test_r16_3_a_leaderworkerset_group_recreated_is_recorded_and_run_prints_what
             if start:
                 time.sleep(1.1)
             changes = player.play_operations(ops[start:stop])
-        wait_for(lambda: sum(1 for line in trace.read_bytes().split(b"\n")[:-1] if b'"type":"BOOKMARK"' not in line) == changes if trace.exists() else False,
-                 timeout=60, what=f"{changes} changes in the trace")  # fmt: skip
+        wait_for(lambda: changes_in(trace) == changes, timeout=60, what=f"{changes} changes in the trace")
         wait_for(lambda: any(v["generation"] == 1 for v in verdicts_in(outputs).values()), timeout=60, what="the second generation's verdict from run")
-    finally:
-        for proc in procs.values():
-            interrupt(proc)
-    texts = {name: (out.read_text(), err.read_text()) for name, (out, err) in logs.items()}
-    assert all(proc.returncode == 0 for proc in procs.values()) and not any("Traceback" in err for _, err in texts.values()), texts
-    classified = subprocess.run([sys.executable, "-m", "app", "classify", str(trace)], cwd=ROOT, env=faultline_env(), capture_output=True,
-                                text=True, timeout=120)  # fmt: skip
-    assert classified.returncode == 0, classified.stderr
-    print(f"\nfaultline run printed:\n{texts['run'][0]}\nfaultline classify of the recorded trace:\n{classified.stdout}")
-    run_rows, classify_rows = _table(texts["run"][0], "run"), _table(classified.stdout, None)
-    assert run_rows == classify_rows and list(run_rows) == [f"real-l/{ns}/LeaderWorkerSet/serve group 0"]
+    watching.run_prints_what_classify_gives()
     [verdict] = verdicts_in(outputs).values()
     lws = bare_apiserver.call("GET", f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{ns}/leaderworkersets/serve")
+    assert list(run_printed(watching.run_out)[0]) == [("LeaderWorkerSet", "serve", lws["metadata"]["uid"][:8], "0")]  # one group's attempt
     assert verdict["key"] == f"real-l/{ns}/LeaderWorkerSet/serve/{lws['metadata']['uid']}/group/0"
     got = (verdict["generation"], verdict["code"], verdict["kind"], (verdict["gpu_fault"] or {}).get("code"), (verdict["faulted_pod"] or {}).get("name"))
     assert [got] == expected

@@ -13,6 +13,10 @@ license: Apache-2.0):
 - trainer-v2.3.0-trainjobs.yaml: kubeflow/trainer v2.3.0 (658725bdae5c7e3a0854d93ac6ff492e109a22ab)
   manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml, trimmed at spec.runtimePatches
   (pod template overrides, 0.5 MB upstream);
+- jobset-v0.12.0-jobsets.yaml: kubernetes-sigs/jobset v0.12.0 (f22e565ac3cc3265c7c45ef67ecffdc689af5d77)
+  config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml, trimmed at
+  spec.replicatedJobs[].template.spec.template (the child Jobs' pod template; their
+  podFailurePolicy and the JobSet's failurePolicy stay as upstream wrote them; 0.8 MB upstream);
 - lws-v0.10.0-leaderworkersets.yaml: kubernetes-sigs/lws v0.10.0 (2161f38ff333f9e24d3c44adef7cd5d9787cac00)
   config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml, trimmed at
   spec.leaderWorkerTemplate.leaderTemplate and spec.leaderWorkerTemplate.workerTemplate (two pod
