@@ -120,6 +120,35 @@ def test_r16_3_a_group_recreated_after_its_worker_was_drained_is_a_disruption() 
     assert verdict.failed_at == b.T0 - b.minutes(20) and "after pod serve-0-1 was disrupted" in verdict.message
 
 
+@pytest.mark.parametrize("evidence", ["condition", "event"])
+def test_r16_3_a_group_recreated_after_kueue_force_deleted_its_worker_is_a_disruption(evidence: str) -> None:
+    """R16.6's evidence is a disruption as R14.1's is: the worker's node stopped answering
+    and Kueue's failure recovery force-deleted it — its `KueueFailureRecovery` condition
+    (no time of its own: the record that showed it dates it), or its Warning Event alone —
+    and the controller recreated the group."""
+    records = []
+    for r in lws_group_recreated():
+        if r["topic"] == "k8s.events":
+            continue  # no Xid
+        obj = r["value"]["object"]
+        if obj["metadata"]["name"] == "serve-0-1" and any(c.get("restartCount") for c in obj["status"].get("containerStatuses", [])):
+            obj["status"]["containerStatuses"][0]["restartCount"], obj["status"]["containerStatuses"][0]["lastState"] = 0, {}
+            forced, event = b.kueue_force_deleted(obj, b.T0 - b.minutes(20), "gpu-41")
+            if evidence == "condition":
+                r = b.record(forced, b.T0 - b.minutes(19.9))
+            else:
+                records.append(b.record(event, b.T0 - b.minutes(19.95), "ADDED"))
+        records.append(r)
+    [verdict] = final_verdicts(_observed(records)).values()
+    assert (verdict.code, verdict.kind, verdict.terminal, verdict.generation) == ("PodDisrupted", "SYSTEM", False, 0)
+    assert verdict.faulted_pod is not None and verdict.faulted_pod.name == "serve-0-1"
+    assert verdict.failed_at == (b.T0 - b.minutes(19.9) if evidence == "condition" else b.T0 - b.minutes(20))
+    assert "after pod serve-0-1 was disrupted" in verdict.message
+    assert verdict.reasons == [
+        "pod serve-0-1 disrupted by the cluster (KueueForcefullyDeleted): force-deleted by Kueue's failure recovery, node gpu-41 unreachable"
+    ]
+
+
 def test_r16_3_only_a_leaderworkerset_whose_templates_ask_for_a_gpu_is_an_attempt() -> None:
     records = lws_group_recreated()
     cpu = msgspec.json.decode(msgspec.json.encode(records))

@@ -145,7 +145,7 @@ class LeaderWorkerSet(WorkloadKind):
     def pod_generations(self, job: JobFacts, pods: Iterable[PodFacts], first: int) -> list[PodGeneration]:
         """Every generation but the latest that shows a failure (R16.3): its earliest
         restarted container (the end of its previous run, `lastState.terminated.finishedAt`;
-        not where a restart keeps the group) or disrupted pod (R14.1)."""
+        not where a restart keeps the group) or disrupted pod (R14.1, R16.6)."""
         generations = self._generations(job, pods)
         restarts_count = job.restart_policy not in KEEPS_GROUP
         group = job.attempt.group if job.attempt is not None else ""
@@ -155,8 +155,8 @@ class LeaderWorkerSet(WorkloadKind):
             for pod in members:
                 if restarts_count:
                     failures += [(c.restarted_at, pod.name, c.name, pod) for c in pod.containers if c.restarted_at is not None]
-                if pod.disruption is not None:
-                    failures.append((pod.disruption.at, pod.name, "", pod))
+                # A disruption (R14.1) or Kueue's force deletion (R16.6: disruption evidence as R14.1's).
+                failures += [(sign.at, pod.name, "", pod) for sign in (pod.disruption, pod.force_deleted) if sign is not None]
             if not failures:
                 continue  # recreated, but nothing of it failed
             at, _, container, pod = min(failures, key=lambda f: f[:3])

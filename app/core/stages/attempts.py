@@ -318,13 +318,13 @@ def _may_have_failed(state: AttemptState) -> bool:
     if job is not None:
         if job.failure is not None or state.ended:
             return True
-        kind = registry.kind_named(job.kind)  # R16.3: a restarted container or a disrupted pod
+        kind = registry.kind_named(job.kind)  # R16.3: a restarted container or a disrupted pod (R14.1, R16.6)
         return kind is not None and kind.generations_by_pods and any(_troubled(p) for p in state.pods.values())
     return any(p.phase == "Failed" for p in state.pods.values())
 
 
 def _troubled(pod: PodFacts) -> bool:
-    return pod.disruption is not None or any(c.restarted_at is not None for c in pod.containers)
+    return pod.disruption is not None or pod.force_deleted is not None or any(c.restarted_at is not None for c in pod.containers)
 
 
 def fold_attempt(
