@@ -26,6 +26,7 @@ from app.core.base.emit import Emit
 from app.core.base.rules import Rules
 from app.model.records import CLASSIFIED_FAILURES, FAULTS, GANG_TRANSITIONS
 from app.embedded.pipeline import Pipeline
+from tests.unit import drivers
 from tests.unit.gang_builders import Line
 from tests.unit.gang_stories import STORIES
 
@@ -38,7 +39,7 @@ RULES = Rules(max_clock_skew_seconds=30 * 86_400)
 
 
 def _outputs(lines: list[Line]) -> list[Emit]:
-    pipeline = Pipeline(RULES)
+    pipeline = Pipeline(RULES, wire=drivers.current == "wire")
     out: list[Emit] = []
     for line in lines:
         out += pipeline.feed(line["topic"], line["key"], orjson.dumps(line["value"]))
@@ -185,6 +186,7 @@ def _delivered_in_turn(lines: list[Line], start: int, stop: int, turn: Callable[
     return in_a_burst([*lines[:start], *ahead, *lines[stop:]], start, stop, [0] * (stop - start))
 
 
+@pytest.mark.usefixtures("driver")
 def test_r16_4_a_retried_trys_late_evidence_never_follows_the_rayjobs_final_verdict() -> None:
     """The RayJob's backlog (its first try retried, the second try's failure) and the
     second try's pods arrive before the first try's pods and Xid Event: the first try's
