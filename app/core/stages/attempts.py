@@ -40,8 +40,10 @@ REVISIONS_KEPT = 20  # verdict revisions kept per attempt, for its evidence
 TRY_REVISIONS = 1000  # R16.4: revisions one try of a RayJob may emit before the next try's
 
 
-class AttemptState(msgspec.Struct, frozen=True):
-    """One attempt's state; folds return a new one (see PodState)."""
+class AttemptState(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One attempt's state; folds return a new one (see PodState). Stored without the
+    fields it holds at their defaults (most attempts have no ended generation, no pod
+    generation dropped): a state written with them decodes the same."""
 
     key: str  # the join key (R13.4)
     last_activity: datetime
