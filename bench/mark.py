@@ -49,7 +49,7 @@ from app.kafka.topics import create_topics
 from app.model.records import FAULTS
 from app.settings import load
 from bench.broker import kafka
-from bench.pipeline import PARTITIONS, TICK_SECONDS, _pct, _rates, _send_batched, cpu_seconds, start_worker, stop_worker
+from bench.pipeline import PARTITIONS, TICK_SECONDS, Background, _pct, _rates, _send_batched, cpu_seconds, start_worker, stop_worker
 from bench.tracegen import generate
 from ops.kube.local_apiserver import LocalApiServer
 
@@ -203,7 +203,7 @@ class Latency(NamedTuple):
     cpu: dict[str, float]  # share of one core while records were offered
 
 
-async def latency(kube: LocalApiServer, bootstrap: str, background: list, rate: float, seconds: float, tmp: Path, every: int) -> Latency:
+async def latency(kube: LocalApiServer, bootstrap: str, background: list[tuple[str, str, bytes]], rate: float, seconds: float, tmp: Path, every: int) -> Latency:
     prefix = f"bm{uuid.uuid4().hex[:6]}."
     create_topics(load({"bootstrap": bootstrap, "topic_prefix": prefix, "partitions": PARTITIONS}))
     pods = running_pods(kube, prefix.rstrip("."), int(rate * seconds / every) + 2)
@@ -237,7 +237,7 @@ async def latency(kube: LocalApiServer, bootstrap: str, background: list, rate: 
             await asyncio.sleep(0.1)
         processes = {"worker": worker.pid, "mark": mark.pid, "kube_apiserver": kube.pid("kube-apiserver"), "etcd": kube.pid("etcd"), "load_generator": os.getpid()}
         cpu_at_start = {name: cpu_seconds(pid) if pid else None for name, pid in processes.items()}
-        start, i, b, n = time.perf_counter(), 0, 0, 1
+        start, i, rest, n = time.perf_counter(), 0, Background(background), 1
         while (elapsed := time.perf_counter() - start) < seconds:
             due: list[tuple[str, bytes, bytes]] = []
             faulted: list[str] = []
@@ -249,9 +249,7 @@ async def latency(kube: LocalApiServer, bootstrap: str, background: list, rate: 
                     delivered.add_done_callback(acknowledged(key.decode()))
                     faulted.append(key.decode())
                 else:
-                    topic, k, v = background[b % len(background)]
-                    b += 1
-                    due.append((topic, k.encode(), v))
+                    due.append(rest.take())
                 i += 1
             await _send_batched(producer, prefix, due)
             await asyncio.sleep(TICK_SECONDS)

@@ -279,6 +279,20 @@ def _partition(key: bytes) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % PARTITIONS
 
 
+class Background:
+    """The background trace's records (topic, key, value), taken in turn, round and round,
+    between the stories a latency run measures."""
+
+    def __init__(self, records: list[tuple[str, str, bytes]]) -> None:
+        self._records = records
+        self._taken = 0
+
+    def take(self) -> tuple[str, bytes, bytes]:
+        topic, key, value = self._records[self._taken % len(self._records)]
+        self._taken += 1
+        return topic, key.encode(), value
+
+
 async def _send_batched(producer: AIOKafkaProducer, prefix: str, records: list[tuple[str, bytes, bytes]]) -> None:
     """`records` as one batch per (topic, partition), without waiting for their delivery:
     the load generator shares the cores with the broker and the worker it measures, and
@@ -346,7 +360,7 @@ def _hops(bootstrap: str, prefix: str, failures: dict[str, str]) -> dict[str, li
     return hops
 
 
-async def latency(bootstrap: str, background: list, rate: float, seconds: float, tmp: Path) -> Latency:
+async def latency(bootstrap: str, background: list[tuple[str, str, bytes]], rate: float, seconds: float, tmp: Path) -> Latency:
     """Latencies of the verdicts read, and how many failures were completed (a verdict not
     read by the end counts as missing: it makes p99 unknown, not better)."""
     prefix = f"bl{uuid.uuid4().hex[:6]}."
@@ -388,7 +402,7 @@ async def latency(bootstrap: str, background: list, rate: float, seconds: float,
         for topic, k, v in [*warm_setup, *warm_completing]:
             await producer.send_and_wait(prefix + topic, key=k.encode(), value=v)
         await asyncio.wait_for(live.wait(), timeout=180)
-        start, i, b = time.perf_counter(), 0, 0
+        start, i, rest = time.perf_counter(), 0, Background(background)
         cpu_at_start = {"worker": cpu_seconds(worker.pid), "load_generator": cpu_seconds(os.getpid())}
         pending: list[tuple[float, str, list]] = []
         while (elapsed := time.perf_counter() - start) < seconds:
@@ -400,9 +414,7 @@ async def latency(bootstrap: str, background: list, rate: float, seconds: float,
                     due.extend((topic, k.encode(), v) for topic, k, v in setup)
                     pending.append((time.perf_counter() + 1.0, key, completing))
                 else:
-                    topic, k, v = background[b % len(background)]
-                    b += 1
-                    due.append((topic, k.encode(), v))
+                    due.append(rest.take())
                 i += 1
             await _send_batched(producer, prefix, due)
             while pending and pending[0][0] <= time.perf_counter():

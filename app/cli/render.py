@@ -11,7 +11,7 @@ import textwrap
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from app.core.identity.attempt import attempt_name as _attempt_name
+from app.core.identity.attempt import attempt_name as _attempt_name, retried_try
 from app.core.fleet.states import fault_label
 from app.core.fleet.costs import CostRow
 from app.core.fleet.summary import FleetSummary, SourceRow
@@ -98,7 +98,12 @@ VERDICT_MINIMUM = (40, 20, 6, 5, 28, 20, 0)
 
 
 def _verdict_cells(v: ClassifiedFailure) -> tuple[str, ...]:
-    state = "" if v.terminal else f"restarted in place (generation {v.generation})"
+    if v.terminal:
+        state = ""
+    elif retried_try(v) is not None:
+        state = "retried on a new RayCluster"  # R16.4
+    else:
+        state = f"restarted in place (generation {v.generation})"
     pod = v.faulted_pod.name if v.faulted_pod else "-"
     return (attempt_name(v), v.code, v.kind, gpu_hours(v.gpu_seconds), fault_text(v.gpu_fault), pod, state)
 

@@ -96,7 +96,8 @@ class ClassifiedFailure(_Record, tag="faultline.ClassifiedFailure/v2", tag_field
     v2 = v1 plus `identity`: `labels` (an orchestrator's attempt, R1: `run`, `action`,
     `attempt` set) or `workload` (R13: those three null, `tracked` names the workload
     object, e.g. the TrainJob, and `key` is `<cluster>/<namespace>/<Kind>/<name>/<uid>`, or
-    for one group of a LeaderWorkerSet `…/<uid>/group/<index>`, SPEC R16.3).
+    for one group of a LeaderWorkerSet `…/<uid>/group/<index>`, SPEC R16.3). A RayJob's try
+    that KubeRay retried has its interim verdict under `<attempt key>/try/<n>` (R16.4).
     `gpu_seconds` (issue 30, added to v2 before its release): what the failure cost, the
     GPUs its candidate pods requested times the whole seconds each ran (that generation's
     pods for a JobSet restarted in place); null when a GPU pod's start is unknown

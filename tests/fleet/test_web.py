@@ -156,6 +156,20 @@ def test_api_attempt_evidence(view: LiveFleet) -> None:
     assert [(v["revision"], v["code"]) for v in revised["verdicts"]] == [(0, "Error"), (1, "GpuEccUncorrectable")]
 
 
+def test_r16_4_each_try_of_a_rayjobs_drawer_shows_the_pods_of_the_try_its_verdict_is_about() -> None:
+    """Each try is kept in a state of its own (its RayCluster's key, R13.4): the attempt's
+    key opens the state that wrote its final verdict, `…/try/0` the retried try's."""
+    pipeline = Pipeline()
+    for _ in replay_counted(read_lines(MIXED.parent / "rayjob-retried.jsonl"), pipeline, LiveFleet()):
+        pass
+    key = "prod-a/ml/RayJob/rl-sweep/rayjob-000001"
+    final, tried = pipeline_evidence(pipeline, key), pipeline_evidence(pipeline, f"{key}/try/0")
+    assert final is not None and final.current is not None and final.current.terminal
+    assert [p.name for p in final.pods] == ["rl-sweep-p7d3x-worker-gpu-w4m7z"]  # its GPU pod (R13.4)
+    assert tried is not None and tried.current is not None and (tried.current.terminal, tried.current.key) == (False, f"{key}/try/0")
+    assert [f.fault.code for f in tried.faults] == [79]
+
+
 def test_api_attempt_unknown_is_404_with_a_reason(view: LiveFleet) -> None:
     body = get_json(view, "/api/attempts/prod-a/ml/nope/x/1", 404)
     assert "no attempt 'prod-a/ml/nope/x/1'" in body["error"] and "<cluster>/<namespace>/<run>/<action>/<attempt>" in body["error"]

@@ -132,3 +132,20 @@ def test_r11_5_the_bounds_are_rule_settings() -> None:
     base = DEFAULT_RULES.version
     for change in ({"max_faults_per_pod": 64}, {"max_token_chars": 64}, {"max_message_chars": 1024}, {"max_generations": 8}, {"max_value_bytes": 65536}):
         assert Rules(**change).version != base, change
+
+
+def test_r11_5_an_attempt_state_leaves_out_its_defaults_and_reads_one_written_with_them() -> None:
+    """Most attempts never drop a pod generation nor end one: their stored state says
+    nothing of it (bytes per attempt), and a state an earlier release wrote with every
+    field decodes to the same state."""
+    from app.core.stages.attempts import AttemptState
+
+    pipeline = new_pipeline()
+    hostile.feed(pipeline, pod_task_plain_failure(), finish=False)
+    [state] = pipeline.states["attempts"].values()
+    assert state.pod_generations_dropped == 0 and state.ended == {}
+    stored = msgspec.json.encode(state)
+    assert b"pod_generations_dropped" not in stored and b'"ended"' not in stored
+    written_with_every_field = msgspec.json.encode(msgspec.structs.asdict(state))
+    assert b"pod_generations_dropped" in written_with_every_field
+    assert msgspec.json.decode(written_with_every_field, type=AttemptState) == msgspec.json.decode(stored, type=AttemptState) == state

@@ -12,6 +12,7 @@ it. (`at` and the reason text may say when the bridge could know: that moves wit
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from app.core.base.emit import Emit
 from app.core.base.rules import Rules
 from app.model.records import CLASSIFIED_FAILURES, FAULTS, GANG_TRANSITIONS
 from app.embedded.pipeline import Pipeline
+from tests.unit import drivers
 from tests.unit.gang_builders import Line
 from tests.unit.gang_stories import STORIES
 
@@ -37,7 +39,7 @@ RULES = Rules(max_clock_skew_seconds=30 * 86_400)
 
 
 def _outputs(lines: list[Line]) -> list[Emit]:
-    pipeline = Pipeline(RULES)
+    pipeline = Pipeline(RULES, wire=drivers.current == "wire")
     out: list[Emit] = []
     for line in lines:
         out += pipeline.feed(line["topic"], line["key"], orjson.dumps(line["value"]))
@@ -48,19 +50,26 @@ def answer(lines: list[Line]) -> dict[str, Any]:
     """What must not move: each gang's transitions, each attempt's final verdict and every
     fault, without the times that say when the bridge could know them. Two more are the
     bridge's by definition, so a burst moves them: when a JobSet restarted in place (R8.1:
-    it writes no time for a restart, only `status.restarts`), which anchors that
-    generation's interim verdict and bounds its GPU-seconds; and when a running container's
-    device health was first and last seen (R14.2: the field has no time)."""
+    it writes no time for a restart, only `status.restarts`) or a RayJob's try was retried
+    (R16.4: `Retrying` and `status.failed`, no time), which anchors that generation's
+    interim verdict and bounds its GPU-seconds; and when a running container's device
+    health was first and last seen (R14.2: the field has no time). In any order, once a
+    tracked object's failure gave its key a terminal verdict, no interim verdict follows
+    (R8.1, R16.1-R16.4)."""
     transitions: dict[str, list[tuple[Any, ...]]] = {}
     verdicts: dict[str, tuple[Any, ...]] = {}
     faults: dict[str, tuple[Any, ...]] = {}
+    ended: set[str] = set()  # keys whose tracked object's failure came out: no interim verdict follows (R8.1, R16)
     for emit in _outputs(lines):
         value = emit.value
         if emit.topic == GANG_TRANSITIONS:
             transitions.setdefault(emit.key, []).append((value.from_, value.to, value.code, value.retry, value.waited_seconds))
         elif emit.topic == CLASSIFIED_FAILURES:
             fault = value.gpu_fault
-            restarted = not value.terminal and value.tracked.kind == "JobSet"
+            assert value.terminal or emit.key not in ended, f"an interim verdict of {emit.key} after its terminal one"
+            if value.terminal and value.tracked.kind != "Pod":  # R8.2: a pod task's last pod is terminal until a newer one comes
+                ended.add(emit.key)
+            restarted = not value.terminal and value.tracked.kind in ("JobSet", "RayJob")
             verdicts[emit.key] = (
                 value.code,
                 value.kind,
@@ -168,3 +177,31 @@ def test_r12_7_the_workloads_backlog_before_or_after_the_jobsets_keeps_the_wait(
             ("Running", "Completed"),
         ]
         assert steps[2][4] == 905.0  # Kueue's wait: Evicted at 11:30:10, Admitted again at 11:45:15
+
+
+def _delivered_in_turn(lines: list[Line], start: int, stop: int, turn: Callable[[Line], int]) -> list[Line]:
+    """`lines[start:stop]` in a burst that delivers whole backlogs in turn (lowest `turn`
+    first, one value for all of an object's records), each in its own order."""
+    ahead = sorted(lines[start:stop], key=turn)
+    return in_a_burst([*lines[:start], *ahead, *lines[stop:]], start, stop, [0] * (stop - start))
+
+
+@pytest.mark.usefixtures("driver")
+def test_r16_4_a_retried_trys_late_evidence_never_follows_the_rayjobs_final_verdict() -> None:
+    """The RayJob's backlog (its first try retried, the second try's failure) and the
+    second try's pods arrive before the first try's pods and Xid Event: the first try's
+    interim verdict, revised by them, came out after the attempt's terminal verdict. The
+    attempt's key must end with its terminal verdict, and every verdict must say what it
+    says when watched live."""
+    lines = [orjson.loads(raw) for raw in (EXAMPLES[0].parent / "rayjob-retried.jsonl").read_bytes().splitlines()]
+    start = next(i for i, line in enumerate(lines) if line["topic"] == "k8s.events" and not _is_progress(line))
+
+    def turn(line: Line) -> int:
+        labels = line["value"]["object"].get("metadata", {}).get("labels", {})
+        return 0 if line["topic"] == "k8s.jobs" else 1 if labels.get("ray.io/cluster") == "rl-sweep-p7d3x" else 2
+
+    burst = _delivered_in_turn(lines, start, len(lines), turn)
+    verdicts = [e.value for e in _outputs(burst) if e.topic == CLASSIFIED_FAILURES]
+    final = max(i for i, v in enumerate(verdicts) if v.terminal)
+    assert [v.revision for v in verdicts[final + 1 :] if v.key == verdicts[final].key and not v.terminal] == []
+    assert answer(burst) == answer(lines)

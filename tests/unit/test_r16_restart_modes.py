@@ -95,7 +95,9 @@ def test_r16_4_a_rayjob_that_retries_once_and_fails_has_a_verdict_for_each_try()
     assert interim[-1].faulted_pod is not None and interim[-1].faulted_pod.name == "rl-sweep-k2w9q-worker-gpu-w4m7z"
     assert "failed its try 0 on RayCluster rl-sweep-k2w9q and is retried on a new one" in interim[-1].message
     assert (final.terminal, final.generation, final.code, final.kind, final.gpu_fault) == (True, 1, "AppFailed", "USER", None)
-    assert final.key == interim[-1].key and final.tracked.kind == "RayJob"
+    # Each try's verdicts are written by its own cluster's state: the retried try's under a
+    # key of its own, so its late evidence never lands over the attempt's final verdict.
+    assert interim[-1].key == f"{final.key}/try/0" and final.tracked.kind == "RayJob"
     assert final.reasons[0] == "1 earlier try failed, each with a verdict of its own (generation 0)"
     # Each try is joined under its own cluster's key: the second's revisions start above the first's.
     assert max(v.revision for v in interim) < final.revision

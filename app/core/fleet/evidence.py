@@ -47,11 +47,19 @@ def attempt_state(states: Mapping[str, AttemptState], attempt_key: str) -> Attem
     """The attempt stage's state of an attempt, by its attempt key: most are kept under
     it; a TrainJob's under its JobSet's key and a RayJob's under its RayCluster's (SPEC
     R13.4), found by the identity the state carries (a scan: for the embedded runner's
-    page, one attempt at a time)."""
+    page, one attempt at a time). A RayJob's tries have a state each: the one that wrote
+    the verdict under the key asked for (`…/try/<n>` for a try retried, R16.4), else the
+    first found."""
     state = states.get(attempt_key)
     if state is not None and state.identity is not None and state.identity.key == attempt_key:
         return state
-    return next((s for s in states.values() if s.identity is not None and s.identity.key == attempt_key), None)
+    found = None
+    for s in states.values():
+        if s.emitted is not None and s.emitted.key == attempt_key:
+            return s
+        if found is None and s.identity is not None and s.identity.key == attempt_key:
+            found = s
+    return found
 
 
 def evidence_of(attempt: AttemptState | None, rules_version: str) -> AttemptEvidence | None:

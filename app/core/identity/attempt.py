@@ -117,4 +117,14 @@ def attempt_name(record: ClassifiedFailure | GangTransition) -> str:
     tracked = record.tracked
     name = f"{record.cluster}/{record.namespace}/{tracked.kind}/{tracked.name} ({tracked.uid[:SHORT_UID]})"
     _, grouped, group = record.key.rpartition(f"/{tracked.uid}/group/")
-    return f"{name} group {group}" if grouped else name  # R16.3: one group of it
+    if grouped:
+        return f"{name} group {group}"  # R16.3: one group of it
+    retried = retried_try(record)
+    return f"{name} try {retried}" if retried is not None else name
+
+
+def retried_try(record: ClassifiedFailure | GangTransition) -> str | None:
+    """R16.4: the try a verdict is about when KubeRay retried it (its key `…/try/<n>`; no
+    Kubernetes name or label value holds a `/`), else None."""
+    _, tried, attempt = record.key.rpartition("/try/")
+    return attempt if tried else None

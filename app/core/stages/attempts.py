@@ -40,8 +40,10 @@ REVISIONS_KEPT = 20  # verdict revisions kept per attempt, for its evidence
 TRY_REVISIONS = 1000  # R16.4: revisions one try of a RayJob may emit before the next try's
 
 
-class AttemptState(msgspec.Struct, frozen=True):
-    """One attempt's state; folds return a new one (see PodState)."""
+class AttemptState(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One attempt's state; folds return a new one (see PodState). Stored without the
+    fields it holds at their defaults (most attempts have no ended generation, no pod
+    generation dropped): a state written with them decodes the same."""
 
     key: str  # the join key (R13.4)
     last_activity: datetime
@@ -172,11 +174,24 @@ def _earlier_tries(state: AttemptState, job: JobFacts) -> list[str]:
     return [f"{first} earlier {'try' if first == 1 else 'tries'} failed, each with a verdict of its own ({which})"]
 
 
+def _tries_apart(state: AttemptState) -> bool:
+    kind = registry.kind_named(state.job.kind) if state.job is not None else None
+    return kind is not None and kind.tries_apart
+
+
 def _first_revision(state: AttemptState, verdict: _Verdict) -> int:
     """The first revision this key emits: 0, or for tries joined under keys of their own
     (R16.4) the try's number × TRY_REVISIONS, so an attempt's revisions grow across tries."""
-    kind = registry.kind_named(state.job.kind) if state.job is not None else None
-    return verdict.generation * TRY_REVISIONS if kind is not None and kind.tries_apart else 0
+    return verdict.generation * TRY_REVISIONS if _tries_apart(state) else 0
+
+
+def _verdict_key(state: AttemptState, ident: AttemptId, verdict: _Verdict) -> str:
+    """The key a verdict is written under: the attempt key, or, for a try joined under a
+    key of its own that ended without ending the attempt (R16.4), `<attempt key>/try/<n>`.
+    So one state writes each key: the earlier try's state, whose pods and faults may come
+    in after the attempt's terminal verdict (a burst, a late Event: R7.2, R12.7), can not
+    write its interim verdict over the terminal one it never sees."""
+    return f"{ident.key}/try/{verdict.generation}" if not verdict.terminal and _tries_apart(state) else ident.key
 
 
 def _ended_order(ended: GenerationEnd) -> tuple[datetime, int, str]:
@@ -218,14 +233,14 @@ def verdicts_of(state: AttemptState, rules: Rules) -> list[_Verdict]:
     return _pod_task_verdicts(state, rules, bare=ident.kind == POD)
 
 
-def _record(ident: AttemptId, verdict: _Verdict, revision: int, rules: Rules) -> ClassifiedFailure:
+def _record(key: str, ident: AttemptId, verdict: _Verdict, revision: int, rules: Rules) -> ClassifiedFailure:
     outcome = verdict.outcome
     reasons = list(verdict.carried)
     if outcome.evidence:
         reasons.append(outcome.evidence)  # which evidence decided (R6.7, R14.1, R14.2)
     labels = ident.identity == "labels"
     return ClassifiedFailure(
-        key=ident.key,
+        key=key,
         cluster=ident.cluster,
         namespace=ident.namespace,
         identity=ident.identity,
@@ -350,7 +365,7 @@ def fold_attempt(
         state = msgspec.structs.replace(state, counted=counted)
     last = state.emitted
     revision = last.revision + 1 if last is not None else _first_revision(state, verdicts[-1])
-    record = _record(ident, verdicts[-1], revision, rules)
+    record = _record(_verdict_key(state, ident, verdicts[-1]), ident, verdicts[-1], revision, rules)
     if last is not None and msgspec.structs.replace(last, revision=revision) == record:
         return state, emits  # R7.2: an identical recomputation emits no verdict
     step = (record.revision, record.code, record.kind, record.generation, record.terminal, record.failed_at)
