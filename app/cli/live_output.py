@@ -59,7 +59,7 @@ def verdict_cells(v: ClassifiedFailure, previous: Shown | None) -> tuple[str, ..
         else:
             notes.append("same verdict, new evidence")
     if not v.terminal:
-        notes.append(f"restarted in place (generation {v.generation})")
+        notes.append(render.interim_note(v))
     return (REVISED if v.revision else VERDICT, render.attempt_name(v), v.code, v.kind, gpu_hours, fault, pod, "; ".join(notes))
 
 

@@ -97,13 +97,20 @@ VERDICT_HEADER = ("ATTEMPT", "CODE", "KIND", "GPU-H", "GPU FAULT", "POD", "")
 VERDICT_MINIMUM = (40, 20, 6, 5, 28, 20, 0)
 
 
-def _verdict_cells(v: ClassifiedFailure) -> tuple[str, ...]:
+def interim_note(v: ClassifiedFailure) -> str:
+    """What an interim verdict (`terminal: false`) says happened to the attempt next: the
+    same words in the table and in `run`'s live lines."""
     if v.terminal:
-        state = ""
-    elif retried_try(v) is not None:
-        state = "retried on a new RayCluster"  # R16.4
-    else:
-        state = f"restarted in place (generation {v.generation})"
+        return ""
+    if retried_try(v) is not None:
+        return "retried on a new RayCluster"  # R16.4
+    if v.tracked.kind == "LeaderWorkerSet":
+        return f"group recreated (generation {v.generation})"  # R16.3: new pods, not restarted ones
+    return f"restarted in place (generation {v.generation})"  # R8, R16.1, R16.2
+
+
+def _verdict_cells(v: ClassifiedFailure) -> tuple[str, ...]:
+    state = interim_note(v)
     pod = v.faulted_pod.name if v.faulted_pod else "-"
     return (attempt_name(v), v.code, v.kind, gpu_hours(v.gpu_seconds), fault_text(v.gpu_fault), pod, state)
 

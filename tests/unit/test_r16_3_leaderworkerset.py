@@ -279,3 +279,13 @@ def test_r16_3_a_group_is_kept_while_it_lives_and_expires_once_its_object_or_all
         expires = attempt_expires_at(state, DEFAULT_RULES)
         assert (expires is not None) == ends, tail
         assert expires is None or expires == gone + DEFAULT_RULES.retention
+
+
+def test_r16_3_classify_and_run_say_a_group_was_recreated_not_restarted_in_place() -> None:
+    from app.cli import live_output, render
+
+    [verdict] = final_verdicts(_observed(lws_group_recreated())).values()
+    assert render.interim_note(verdict) == "group recreated (generation 0)"
+    assert render.verdict_table([verdict])[1].rstrip().endswith("group recreated (generation 0)")
+    assert "restarted in place" not in "\n".join(render.verdict_table([verdict]))
+    assert live_output.verdict_cells(verdict, None)[-1] == "group recreated (generation 0)"
