@@ -185,6 +185,8 @@ class Delivery:
         self._every_partition = range(settings.partitions)
         self.stop = StopDeadline(settings.stop_timeout)
         self._injection = FaultInjection()  # a test seam, off unless its variable is set
+        if self._injection.mode == "hold-assignment":
+            app.on_partitions_assigned.connect(self._injection.hold_assignment)
         # Kafka topic name -> the queue its agent takes fetches from (faust_fixes patch 13).
         self.inboxes: dict[str, asyncio.Queue[Fetched]] = {}
         self.batches: dict[str, Batch] = {}  # agent name -> its batch
