@@ -649,9 +649,10 @@ def leave_the_group_when_stopping() -> None:
     answer; the worker ends at its stop deadline without having left, and the partitions
     it took in the new generation sit idle until its session timeout (60 s). Here, when a
     close has not ended within `LEAVE_AFTER_SECONDS` and the member still has a
-    generation, LeaveGroup is sent then (aiokafka's own `_maybe_leave_group`: a JoinGroup
-    in flight is then answered UNKNOWN_MEMBER_ID and, the coordinator closing, not made
-    again). Faust commits its offsets before it stops the consumer (`Consumer.on_stop`),
+    generation, LeaveGroup is sent then (aiokafka's own `_maybe_leave_group`; behind a
+    JoinGroup in flight on the coordinator's connection it is answered once the join is,
+    the broker answering a connection's requests in order; the coordinator, closing,
+    joins no more). Faust commits its offsets before it stops the consumer (`Consumer.on_stop`),
     so nothing is committed after the leave. A close that ends at once leaves as before.
     A static member (`--worker-id`) does not leave, as Kafka's static membership intends
     (aiokafka sends none for it either: its LeaveGroup v0/v1 cannot name a group
