@@ -16,6 +16,7 @@ from app.stream.faust_fixes import (
     bounded_rocksdb_memory,
     deliver_records_without_tasks_when_nothing_can_wait,
     hold_read_offsets_on_rewind,
+    leave_the_group_when_stopping,
     on_stop_signal,
     require_targets,
     seek_uncommitted_partitions_to_beginning,
@@ -38,6 +39,7 @@ def build_app(settings: Settings, rules: Rules = DEFAULT_RULES) -> tuple[faust.A
     take_assignment_made_for_an_earlier_url()
     deliver_records_without_tasks_when_nothing_can_wait()
     back_off_reconnects()
+    leave_the_group_when_stopping()
     if settings.store == "rocksdb":
         bounded_rocksdb_memory(settings.rocksdb_block_cache_bytes, settings.rocksdb_write_buffer_bytes)
     datadir = Path(settings.worker_dir)

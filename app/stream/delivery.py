@@ -91,8 +91,10 @@ class Batch:
         before_flush: Callable[[Batch], Awaitable[None]] | None = None,
         linger: float = 0.0,
         injection: FaultInjection | None = None,
+        noted: in_flight.InFlight | None = None,
     ) -> None:
         self.app, self.inbox, self.table, self.producer, self.injection = app, inbox, table, producer, injection
+        self.noted = noted  # the agent's crash-loop note: told when a batch's records are acknowledged
         self.before_flush, self.linger = before_flush, linger
         self.started = 0.0  # monotonic time of the batch's first record
         self.outputs: list[Sent] = []
@@ -119,6 +121,8 @@ class Batch:
         if self.outputs:
             await send_all(self.producer, self.outputs)
             self.outputs = []
+            if self.noted is not None:
+                self.noted.sent()  # a poison record's dead letter among them is not made again
         if self.injection is not None and self.injection.on:
             self.injection.outputs_acknowledged(self.sources)
             self.sources = []
@@ -181,6 +185,8 @@ class Delivery:
         self._every_partition = range(settings.partitions)
         self.stop = StopDeadline(settings.stop_timeout)
         self._injection = FaultInjection()  # a test seam, off unless its variable is set
+        if self._injection.mode == "hold-assignment":
+            app.on_partitions_assigned.connect(self._injection.hold_assignment)
         # Kafka topic name -> the queue its agent takes fetches from (faust_fixes patch 13).
         self.inboxes: dict[str, asyncio.Queue[Fetched]] = {}
         self.batches: dict[str, Batch] = {}  # agent name -> its batch
@@ -279,8 +285,7 @@ class Delivery:
                 logical = logical_of.get(record.topic, record.topic)
                 records[logical] += 1
                 if noted.poisoned(record):  # it stopped the worker twice (SPEC R11.3)
-                    counts["crash_loop_dead_letters"] += 1
-                    batch.outputs.append(self.dead_letter(record, in_flight.REASON))
+                    self.dead_letter_poison(noted, record, batch)
                 else:
                     noted.begin(record)
                     if injection.on:
@@ -297,7 +302,7 @@ class Delivery:
                 await self.flush(batch)
 
         async def agent(stream: faust.StreamT) -> None:
-            batch = Batch(app, inbox, table, app.producer, before_flush, linger, injection)
+            batch = Batch(app, inbox, table, app.producer, before_flush, linger, injection, noted)
             self.batches[name] = batch
             idle = asyncio.ensure_future(self._flush_when_idle(batch))
             watch = asyncio.ensure_future(self._check_continuity_when_idle(continuity, batch, topics))
@@ -376,6 +381,15 @@ class Delivery:
         starts.append(len(records))
         self.counts["outputs"] += len(outs)
         return records, starts
+
+    def dead_letter_poison(self, noted: in_flight.InFlight, message: faust.types.Message, batch: Batch) -> None:
+        """SPEC R11.3: `message` stopped the worker twice: its dead letter the first time it
+        comes, nothing when it comes again (its offset is acked with the batch either way)."""
+        if noted.letter(message):
+            self.counts["crash_loop_dead_letters"] += 1
+            batch.outputs.append(self.dead_letter(message, in_flight.REASON))
+        else:
+            log.info("%s: the record at %s[%d]@%d was dead-lettered already: skipped", noted.agent, message.topic, message.partition, message.offset)
 
     def dead_letter(self, message: faust.types.Message, reason: str) -> Sent:
         """SPEC R11.1: where the bad record is (its Kafka topic, partition and offset) and why."""

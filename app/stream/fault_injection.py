@@ -13,18 +13,24 @@ reading it handles it (not the dead letter or any record quoting it later):
   outputs are out, the offsets say the records were never read;
 - `kill-before-outputs`: the worker kills itself once a batch's states are durable, before
   any of its outputs is sent, when one of those outputs (any stage's) contains the marker:
-  the states say the records were folded, nothing they caused has left.
+  the states say the records were folded, nothing they caused has left;
+- `hold-assignment` (the marker a number of seconds): Faust's callback on the partitions
+  assigned in a rebalance waits that long, as a slow one would, and the consumer's group
+  coordination waits on it; a worker stopped meanwhile must still leave the group
+  (faust_fixes patch 15).
 
 tests/integration/test_stream_crash_loop.py uses it to show that such a record is
 dead-lettered after it stopped the worker twice (app/stream/in_flight.py), and that a
 worker that stops exits within `stop_timeout`; tests/integration/test_stream_reorder.py
 to kill a worker at the one point where a restart reading in another order could
 contradict what was sent (app/stream/delivery.py); tests/integration/test_stream_unsent.py
-to kill it where only the states' outboxes hold what a fold caused (app/stream/unsent.py).
+to kill it where only the states' outboxes hold what a fold caused (app/stream/unsent.py);
+tests/integration/test_stream_leave.py to stop a worker in the middle of a rebalance.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 from typing import Any
@@ -33,7 +39,7 @@ from app.model.envelope import SOURCE_TOPICS
 from app.stream.codecs import Sent
 
 ENV = "FAULTLINE_FAULT_INJECTION"
-MODES = ("kill", "raise", "kill-after-outputs", "kill-before-outputs")
+MODES = ("kill", "raise", "kill-after-outputs", "kill-before-outputs", "hold-assignment")
 
 
 class InjectedFault(RuntimeError):
@@ -46,6 +52,8 @@ class FaultInjection:
         mode, _, marker = spec.partition(":")
         if spec and (mode not in MODES or not marker):
             raise ValueError(f"{ENV}={spec!r}: expected <mode>:<marker>, mode one of {', '.join(MODES)}")
+        if mode == "hold-assignment" and not marker.replace(".", "", 1).isdigit():
+            raise ValueError(f"{ENV}={spec!r}: hold-assignment takes a number of seconds")
         self.mode, self.marker = mode, marker.encode()
 
     @property
@@ -58,6 +66,10 @@ class FaultInjection:
         if self.mode == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         raise InjectedFault(f"fault injected on {message.topic}[{message.partition}]@{message.offset}")
+
+    async def hold_assignment(self, *args: Any, **kwargs: Any) -> None:
+        """`hold-assignment`: a receiver of Faust's `on_partitions_assigned` signal."""
+        await asyncio.sleep(float(self.marker))
 
     def outputs_acknowledged(self, records: list[Any]) -> None:
         """`kill-after-outputs`: called once a batch's outputs are acknowledged, with the

@@ -635,6 +635,46 @@ def back_off_reconnects() -> None:
     setattr(AIOKafkaClient, _PATCHED_CONNECTS, True)
 
 
+_PATCHED_LEAVE = "_faultline_leaves_while_a_rebalance_waits"
+LEAVE_AFTER_SECONDS = 1.0  # how long a stopping consumer's close may wait on a rebalance before it leaves
+
+
+def leave_the_group_when_stopping() -> None:
+    """15. A stopping worker leaves the consumer group within a second, even mid-rebalance.
+
+    aiokafka's `GroupCoordinator.close` waits for its coordination task to finish what it
+    is doing before it sends LeaveGroup. In a rebalance that task is waiting for the
+    JoinGroup answer (which comes once every member has joined) or running Faust's
+    rebalance callback, which the worker's thread answers and a stopping worker may never
+    answer; the worker ends at its stop deadline without having left, and the partitions
+    it took in the new generation sit idle until its session timeout (60 s). Here, when a
+    close has not ended within `LEAVE_AFTER_SECONDS` and the member still has a
+    generation, LeaveGroup is sent then (aiokafka's own `_maybe_leave_group`; behind a
+    JoinGroup in flight on the coordinator's connection it is answered once the join is,
+    the broker answering a connection's requests in order; the coordinator, closing,
+    joins no more). Faust commits its offsets before it stops the consumer (`Consumer.on_stop`),
+    so nothing is committed after the leave. A close that ends at once leaves as before.
+    A static member (`--worker-id`) does not leave, as Kafka's static membership intends
+    (aiokafka sends none for it either: its LeaveGroup v0/v1 cannot name a group
+    instance). Applied once per process."""
+    from aiokafka.consumer.group_coordinator import GroupCoordinator
+
+    if getattr(GroupCoordinator, _PATCHED_LEAVE, False):
+        return
+    original = GroupCoordinator.close
+
+    async def close(self: Any) -> None:
+        closing = asyncio.ensure_future(original(self))
+        done, _ = await asyncio.wait({closing}, timeout=LEAVE_AFTER_SECONDS)
+        if not done and self._group_instance_id is None and self.generation > 0:
+            log.info("the consumer's close waits on a rebalance: leaving the group now")
+            await self._maybe_leave_group()
+        await closing
+
+    GroupCoordinator.close = close
+    setattr(GroupCoordinator, _PATCHED_LEAVE, True)
+
+
 # --- The fence: what the patches rely on ---------------------------------------------------------
 
 
@@ -655,6 +695,7 @@ class Target(NamedTuple):
 
 _AIOKAFKA_DRIVER = "faust.transport.drivers.aiokafka"
 _CONSUMER = "faust.transport.consumer"
+_COORDINATOR = "aiokafka.consumer.group_coordinator"
 
 TARGETS: tuple[Target, ...] = (
     Target("seek_uncommitted_partitions_to_beginning", _AIOKAFKA_DRIVER, "AIOKafkaConsumerThread.seek_to_committed", "coroutine", ("self",)),
@@ -729,6 +770,12 @@ TARGETS: tuple[Target, ...] = (
     Target("back_off_reconnects", "aiokafka.client", "", "code", ("conn_id = (node_id, group)", "async with self._get_conn_lock:", "return None")),
     Target("back_off_reconnects", "aiokafka.cluster", "ClusterMetadata.broker_metadata", "function", ("self", "broker_id")),
     Target("back_off_reconnects", "aiokafka.client", "ConnectionGroup.DEFAULT", "attribute"),
+    Target("leave_the_group_when_stopping", _COORDINATOR, "GroupCoordinator.close", "coroutine", ("self",)),
+    Target("leave_the_group_when_stopping", _COORDINATOR, "GroupCoordinator._maybe_leave_group", "coroutine", ("self",)),
+    *(Target("leave_the_group_when_stopping", _COORDINATOR, f"GroupCoordinator.{name}", "assigned")
+      for name in ("generation", "_group_instance_id")),
+    # It leaves only after the coordination task: the reason for the patch.
+    Target("leave_the_group_when_stopping", _COORDINATOR, "", "code", ("await self._coordination_task", "await self._maybe_leave_group()")),
 )
 
 

@@ -13,6 +13,18 @@ killed from outside (a node drained, a kill while it happened to be handling an 
 record) must not lose that record, and the same record in hand at two unrelated deaths in
 a row is very unlikely. A suspect handled without a death is cleared.
 
+The poison record is dead-lettered once. Delivery is at least once: the record can come
+again, in the same run (a fetch handed to the agent before Faust's seek to the committed
+offsets at start-up, fetched again after it) or after a restart before its offset was
+committed. The runner recognises a repeat of any other record by its position in the
+key's state; the poison record has no state, so the note says it instead: `letter` is
+true only the first time in a run, and once Kafka has acknowledged the batch holding the
+dead letter (`sent`) the note keeps that across restarts too. One window stays: a death
+between that acknowledgement and the store into the page (no `await` lies between them),
+or the partition moving to a worker whose own note knows nothing of it; the dead letter
+then comes twice, byte for byte, and its source (topic, partition, offset) is the key to
+recognise it by (docs/streaming.md, *Crash loops*).
+
 The note outlives a restart only where the data directory does (a volume that survives a
 container restart, as the RocksDB tables need too; ops/k8s/worker.yaml).
 """
@@ -32,8 +44,10 @@ log = logging.getLogger("faultline.stream")
 
 # A slot: set, then a record's position: topic (crc32 of its name), partition, offset.
 _SLOT = struct.Struct("<?3xIi4xq")
-_CURRENT, _SUSPECT, _POISON = 0, _SLOT.size, 2 * _SLOT.size  # the record in hand; a suspect; a poison record
-_SIZE = 3 * _SLOT.size
+# The record in hand; a suspect; a poison record; the poison record whose dead letter Kafka acknowledged.
+_CURRENT, _SUSPECT, _POISON, _LETTERED = 0, _SLOT.size, 2 * _SLOT.size, 3 * _SLOT.size
+_SIZE = 4 * _SLOT.size
+_SIZE_BEFORE_LETTERED = 3 * _SLOT.size  # a note written before `_LETTERED`: its three slots are kept
 
 Position = tuple[int, int, int]
 
@@ -50,15 +64,21 @@ class InFlight:
         directory.mkdir(parents=True, exist_ok=True)
         fd = os.open(directory / f"{agent}.note", os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            if os.fstat(fd).st_size != _SIZE:
-                os.ftruncate(fd, 0)
-                os.ftruncate(fd, _SIZE)  # new (or not ours): all zero, nothing noted
+            size = os.fstat(fd).st_size
+            if size != _SIZE:
+                if size != _SIZE_BEFORE_LETTERED:
+                    os.ftruncate(fd, 0)  # new (or not ours): all zero, nothing noted
+                os.ftruncate(fd, _SIZE)  # what it adds is zero: nothing noted
             self._page = mmap.mmap(fd, _SIZE)
         finally:
             os.close(fd)
         self.agent = agent
         self._topics: dict[str, int] = {}
         self.suspect, self.poison = self._read(_SUSPECT), self._read(_POISON)
+        # The poison record's dead letter: made in this run (in a batch, then acknowledged)
+        # or acknowledged in an earlier one; `_acknowledged`: the note says so.
+        self.lettered = self._read(_LETTERED)
+        self._acknowledged = self.lettered is not None
         self._found: list[tuple[int, str]] = []  # logged once the worker's logging is set up (`report`)
         died_with = self._read(_CURRENT)
         if died_with is None:
@@ -88,6 +108,23 @@ class InFlight:
     def poisoned(self, message: faust.types.Message) -> bool:
         """Has this record stopped the worker twice? (Dead-letter it instead.)"""
         return self.poison is not None and self._position(message) == self.poison
+
+    def letter(self, message: faust.types.Message) -> bool:
+        """True the first time the poison record `message` comes: make its dead letter. A
+        repeat (fetched again, or delivered again after a restart once Kafka had
+        acknowledged its dead letter) is False: it is skipped."""
+        position = self._position(message)
+        if position == self.lettered:
+            return False
+        self.lettered, self._acknowledged = position, False
+        return True
+
+    def sent(self) -> None:
+        """Kafka acknowledged the records of a batch: a dead letter among them is not made
+        again after a restart."""
+        if not self._acknowledged and self.lettered is not None:
+            self._write(_LETTERED, self.lettered)
+            self._acknowledged = True
 
     def begin(self, message: faust.types.Message) -> None:
         _SLOT.pack_into(self._page, _CURRENT, True, *self._position(message))

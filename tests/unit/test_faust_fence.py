@@ -39,6 +39,7 @@ PATCHES = (
     "track",  # 13
     "ack_offsets",  # 13
     "back_off_reconnects",  # 14
+    "leave_the_group_when_stopping",  # 15
 )
 
 

@@ -4,13 +4,16 @@ test_stream_crash_loop.py."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
+import msgspec
 import pytest
 
-from app.stream.in_flight import InFlight
+from app.settings import Settings
+from app.stream.in_flight import REASON, InFlight
 from app.stream.stopping import StopDeadline
 
 
@@ -18,6 +21,8 @@ class _Message(NamedTuple):
     topic: str
     partition: int
     offset: int
+    key: bytes = b"pod-1"
+    value: bytes = b"{}"
 
 
 A, B = _Message("k8s.pods", 1, 107), _Message("k8s.pods", 1, 108)
@@ -64,6 +69,82 @@ def test_r11_3_each_agent_keeps_its_own_note(tmp_path: Path) -> None:
     pods = InFlight(tmp_path, "pods_stage")
     pods.begin(A)
     assert InFlight(tmp_path, "pods_stage").poisoned(A)
+
+
+class _Producer:
+    """What a batch's records reach: each acknowledged at once, as a broker would."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes]] = []
+
+    async def send(self, topic: str, key: bytes, value: bytes, partition: Any, timestamp: Any, headers: Any) -> asyncio.Future[None]:
+        self.sent.append((topic, value))
+        acknowledged: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        acknowledged.set_result(None)
+        return acknowledged
+
+
+def _run(directory: Path, deliveries: list[_Message], *, dies_before_acknowledged: bool = False) -> list[tuple[str, int, int]]:
+    """One run of the pods agent's delivery (app/stream/delivery.py, its real batch and
+    note) over the records delivered to it, in order: each dead-lettered if it is the
+    poison record, then the batch written; or the run dies (`dies_before_acknowledged`)
+    before Kafka acknowledged the batch's records. The source (topic, partition, offset)
+    of each crash-loop dead letter Kafka acknowledged."""
+    pytest.importorskip("faust")
+    from faust.types import TP
+
+    from app.stream.app import build_app
+    from app.stream.delivery import Batch
+
+    app, stages, _ = build_app(Settings(topic_prefix="u.", partitions=2, web_port=0, data_dir=str(directory / "worker")))
+    noted, producer = InFlight(directory, "pods_stage"), _Producer()
+
+    async def deliver() -> None:
+        batch = Batch(app, asyncio.Queue(), None, producer, noted=noted)
+        for message in deliveries:
+            if noted.poisoned(message):
+                stages.delivery.dead_letter_poison(noted, message, batch)  # type: ignore[arg-type]
+            batch.add(TP(message.topic, message.partition), message.offset)
+        if not dies_before_acknowledged:
+            await batch.flush()
+
+    app.loop.run_until_complete(deliver())
+    letters = [msgspec.json.decode(value) for _, value in producer.sent]
+    return [(x["topic"], x["partition"], x["offset"]) for x in letters if x["reason"] == REASON]
+
+
+def _poison(directory: Path, message: _Message) -> None:
+    """Two runs that died with `message` in hand."""
+    _dies_handling(directory, message)
+    InFlight(directory, "pods_stage").begin(message)
+
+
+def test_r11_3_a_poison_record_delivered_twice_in_one_run_is_dead_lettered_once(tmp_path: Path) -> None:
+    _poison(tmp_path, A)
+    # A fetch handed to the agent before the seek to the committed offsets, fetched again after it.
+    assert _run(tmp_path, [A, B, A, B]) == [(A.topic, A.partition, A.offset)]
+
+
+def test_r11_3_a_poison_record_delivered_again_after_a_restart_is_not_dead_lettered_again(tmp_path: Path) -> None:
+    _poison(tmp_path, A)
+    assert _run(tmp_path, [A]) == [(A.topic, A.partition, A.offset)]
+    # The run died once its dead letter was acknowledged, before its offset was committed.
+    assert _run(tmp_path, [A, B]) == []
+    assert InFlight(tmp_path, "pods_stage").poisoned(A)  # and it is still never handled
+
+
+def test_r11_3_a_poison_record_whose_dead_letter_was_not_acknowledged_is_dead_lettered_after_a_restart(tmp_path: Path) -> None:
+    _poison(tmp_path, A)
+    assert _run(tmp_path, [A], dies_before_acknowledged=True) == []
+    assert _run(tmp_path, [A]) == [(A.topic, A.partition, A.offset)]  # not lost
+
+
+def test_r11_3_a_note_written_before_the_dead_letter_slot_keeps_its_poison_record(tmp_path: Path) -> None:
+    _poison(tmp_path, A)
+    note = tmp_path / "pods_stage.note"
+    note.write_bytes(note.read_bytes()[: 3 * 24])  # the three slots of an earlier release
+    assert InFlight(tmp_path, "pods_stage").poisoned(A)
+    assert _run(tmp_path, [A]) == [(A.topic, A.partition, A.offset)]
 
 
 def test_a_stop_that_hangs_is_cut_short_after_the_timeout_and_says_why(caplog: pytest.LogCaptureFixture) -> None:
