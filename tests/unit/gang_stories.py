@@ -1,4 +1,4 @@
-"""The Kueue stories of the R9 and R15 suites, by name, for the tests that replay every one
+"""The Kueue stories of the R9, R15 and R17 suites, by name, for the tests that replay every one
 of them in other orders (SPEC R7.1, R12.7). Each builds the records the controllers would
 write, in the order the bridge observed them (tests/unit/gang_builders.py)."""
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tests.unit.gang_builders import GangWorld, JobWorld, trainjob_world, with_eviction_counts
+from tests.unit.goodput_world import R17_STORIES
 
 
 def _bare(**kw) -> GangWorld:  # type: ignore[no-untyped-def]
@@ -102,3 +103,7 @@ STORIES: dict[str, Callable[[], GangWorld]] = {
     .complete(),
     "r9_first_eviction_in_a_gap": lambda: through_a_gap(GangWorld(policy="true").start().pause(30)).pause(30).complete(),
 }
+
+
+# SPEC R17: the same worlds with the JobSet's pods, where the GPU-hours went.
+STORIES.update(R17_STORIES)

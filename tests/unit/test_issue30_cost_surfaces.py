@@ -59,7 +59,7 @@ def test_gpu_seconds_diff_cost_moves_each_changed_attempts_gpu_seconds_between_k
 
 def test_gpu_seconds_diff_cost_counts_a_verdict_of_unknown_cost_apart():
     (v2,) = _final(pod_task_xid143(), DEFAULT_RULES).values()
-    fields = {f: getattr(v2, f) for f in v2.__struct_fields__ if f not in ("identity", "gpu_seconds")}
+    fields = {f: getattr(v2, f) for f in v2.__struct_fields__ if f not in ("identity", "gpu_seconds", "goodput")}
     v1 = records_v1.ClassifiedFailure(**fields)  # a replay written before issue 30 knows no cost
     moved = msgspec.structs.replace(v2, kind="SYSTEM", code="GpuXidError", gpu_seconds=None)
     base = final_verdicts([(CLASSIFIED_FAILURES, v2.key, v1)])

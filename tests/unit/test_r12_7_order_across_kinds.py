@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 
 from app.core.base.emit import Emit
 from app.core.base.rules import Rules
-from app.model.records import CLASSIFIED_FAILURES, FAULTS, GANG_TRANSITIONS
+from app.model.fleet_records import GOODPUT
+from app.model.records import CLASSIFIED_FAILURES, FAULTS, GANG_TRANSITIONS, IDLE_QUOTA
 from app.embedded.pipeline import Pipeline
 from tests.unit.gang_builders import Line
 from tests.unit.gang_stories import STORIES
@@ -50,32 +51,59 @@ def answer(lines: list[Line]) -> dict[str, Any]:
     bridge's by definition, so a burst moves them: when a JobSet restarted in place (R8.1:
     it writes no time for a restart, only `status.restarts`), which anchors that
     generation's interim verdict and bounds its GPU-seconds; and when a running container's
-    device health was first and last seen (R14.2: the field has no time)."""
+    device health was first and last seen (R14.2: the field has no time).
+
+    Where the GPU-hours went (SPEC R17) is read from the objects' own times too: a terminal
+    verdict's `goodput`, the latest `faultline.goodput` record per hour (but for an hour
+    every attempt moved out of), and each stretch of idle quota reported (when it began,
+    why, and whether it is over). Its lost and useful GPU-seconds are its failures': where
+    a JobSet restarted in place, those of the restart's interim verdict move with a burst."""
     transitions: dict[str, list[tuple[Any, ...]]] = {}
     verdicts: dict[str, tuple[Any, ...]] = {}
     faults: dict[str, tuple[Any, ...]] = {}
+    goodput: dict[str, Any] = {}
+    idle: set[tuple[Any, ...]] = set()
+    restarted = False  # a JobSet restarted in place: its interim verdict's GPU-seconds move with a burst
     for emit in _outputs(lines):
         value = emit.value
         if emit.topic == GANG_TRANSITIONS:
             transitions.setdefault(emit.key, []).append((value.from_, value.to, value.code, value.retry, value.waited_seconds))
         elif emit.topic == CLASSIFIED_FAILURES:
             fault = value.gpu_fault
-            restarted = not value.terminal and value.tracked.kind == "JobSet"
+            interim = not value.terminal and value.tracked.kind == "JobSet"
+            restarted = restarted or interim
             verdicts[emit.key] = (
                 value.code,
                 value.kind,
                 value.terminal,
                 value.generation,
-                None if restarted else value.failed_at,
-                None if restarted else value.gpu_seconds,
+                None if interim else value.failed_at,
+                None if interim else value.gpu_seconds,
                 (fault.kind, fault.code, fault.severity, fault.pod.uid if fault.pod else None) if fault is not None else None,
                 value.faulted_pod,
+                value.goodput,
             )
         elif emit.topic == FAULTS:
             fault = value.fault
             seen = None if fault.kind == "DEVICE_HEALTH" else (fault.first_seen, fault.last_seen)
             faults[emit.key] = (value.attempt, fault.kind, fault.code, fault.severity, fault.pod, fault.node, seen)
-    return {"transitions": transitions, "verdicts": verdicts, "faults": faults}
+        elif emit.topic == GOODPUT:
+            goodput[emit.key] = value
+        elif emit.topic == IDLE_QUOTA:
+            idle.add((emit.key, value.since, value.why, value.idle, value.gpus))
+    hours = {k: _figures(v, restarted) for k, v in goodput.items() if v.attempts}
+    verdicts = {k: (*v[:-1], _figures(v[-1], restarted)) for k, v in verdicts.items()}
+    return {"transitions": transitions, "verdicts": verdicts, "faults": faults, "goodput": hours, "idle": idle}
+
+
+_FAILURES_OWN = ("useful_gpu_seconds", "lost_gpu_seconds", "lost_user_gpu_seconds", "lost_system_gpu_seconds", "goodput")
+
+
+def _figures(record: Any, restarted: bool) -> tuple[Any, ...] | None:
+    """R17's figures, without those a JobSet's restart in place moves (above)."""
+    if record is None:
+        return None
+    return tuple(v for f, v in zip(record.__struct_fields__, msgspec.structs.astuple(record)) if not restarted or f not in _FAILURES_OWN)
 
 
 def _is_progress(line: Line) -> bool:

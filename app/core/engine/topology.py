@@ -2,8 +2,8 @@
 
     k8s.pods, k8s.events --(cluster/pod uid)--> pods [PodState] -----> faults, attempt-facts, fleet-inputs
     k8s.jobs, k8s.workloads ------------------> jobs (stateless) ----> attempt-facts, gang-inputs
-    attempt-facts --(attempt key)-------------> attempts [AttemptState] -> classified-failures, fleet-inputs
-    gang-inputs --(cluster/JobSet uid)--------> gangs [GangStateData] --> gang-transitions, fleet-inputs
+    attempt-facts --(attempt key)-------------> attempts [AttemptState] -> classified-failures, idle-quota, fleet-inputs
+    gang-inputs --(cluster/JobSet uid)--------> gangs [GangStateData] --> gang-transitions, attempt-facts (quota), fleet-inputs
     fleet-inputs --(node, GPU, ns-hour, queue)-> fleet [FleetStats] -----> the derived topics (docs/fleet.md)
 
 Each stage says here, once, which topics it reads, how a record of each is keyed and
@@ -33,6 +33,7 @@ from typing import Any
 import msgspec
 
 from app.core.stages.attempts import AttemptState, attempt_expires_at, fold_attempt
+from app.core.stages.attempt_goodput import attempt_waits_until, settle_attempt
 from app.core.base.clock import clock_fault, out_of_range
 from app.core.base.emit import DROPPED, Emit
 from app.core.fleet.fold import FleetStats, fleet_expires_at, fleet_waits_until, fold_fleet, settle_fleet
@@ -54,7 +55,7 @@ from app.model.facts import (
     Progress,
 )
 from app.model.fleet_records import DERIVED_TOPICS
-from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, FAULTS, GANG_TRANSITIONS, STUCK_READMISSIONS
+from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, FAULTS, GANG_TRANSITIONS, IDLE_QUOTA, STUCK_READMISSIONS
 
 StageRecord = TypedEnvelope | AttemptFact | GangInput | FleetInput
 # (state or None, state key, record, rules, the stage's watermarks) -> (new state or None, records to write)
@@ -83,6 +84,11 @@ class Stage(msgspec.Struct, frozen=True):
     # stream time, or ANY_PROGRESS); it is decided again (`settle`) once progress gets there.
     waits_until: Callable[[Any, Rules], datetime | None] | None = None
     settle: Settle | None = None
+    # Internal topics it forwards progress to under its own name (`<stage>:<topic>`): a
+    # stage that feeds one its records reach by two paths, so that the reader's watermark
+    # waits for both (R12.3: the gangs stage's quota facts and the jobs stage's job facts
+    # both go to the attempt stage).
+    progress_as_own: tuple[str, ...] = ()
 
     @property
     def topics(self) -> tuple[str, ...]:
@@ -109,18 +115,21 @@ JOBS_STAGE = Stage(
 ATTEMPTS_STAGE = Stage(
     name="attempts",
     inputs=(Input(ATTEMPT_FACTS, _as_is, fold_attempt),),
-    outputs=(CLASSIFIED_FAILURES, FLEET_INPUTS),
+    outputs=(CLASSIFIED_FAILURES, IDLE_QUOTA, FLEET_INPUTS),
     state=AttemptState,
     expires_at=attempt_expires_at,
+    waits_until=attempt_waits_until,  # R17.3: idle quota, decided on progress
+    settle=settle_attempt,
 )
 GANGS_STAGE = Stage(
     name="gangs",
     inputs=(Input(GANG_INPUTS, _as_is, fold_gang),),
-    outputs=(GANG_TRANSITIONS, STUCK_READMISSIONS, FLEET_INPUTS),
+    outputs=(GANG_TRANSITIONS, STUCK_READMISSIONS, ATTEMPT_FACTS, FLEET_INPUTS),
     state=GangStateData,
     expires_at=gang_expires_at,
     waits_until=gang_waits_until,
     settle=settle_gang,
+    progress_as_own=(ATTEMPT_FACTS,),
 )
 FLEET_STAGE = Stage(
     name="fleet",
@@ -136,7 +145,7 @@ STAGES: tuple[Stage, ...] = (PODS_STAGE, JOBS_STAGE, ATTEMPTS_STAGE, GANGS_STAGE
 # Every topic a stage reads has exactly one reader.
 STAGE_OF: dict[str, Stage] = {i.topic: stage for stage in STAGES for i in stage.inputs}
 INPUT_OF: dict[str, Input] = {i.topic: i for stage in STAGES for i in stage.inputs}
-OUTPUT_TOPICS: tuple[str, ...] = (FAULTS, CLASSIFIED_FAILURES, GANG_TRANSITIONS, STUCK_READMISSIONS, DEAD_LETTER, *DERIVED_TOPICS)
+OUTPUT_TOPICS: tuple[str, ...] = (FAULTS, CLASSIFIED_FAILURES, GANG_TRANSITIONS, STUCK_READMISSIONS, IDLE_QUOTA, DEAD_LETTER, *DERIVED_TOPICS)
 
 
 def decode_record(topic: str, value: bytes) -> StageRecord:
@@ -250,7 +259,12 @@ def forwarded(stage: Stage, progress: Progress) -> list[Emit]:
     """R12.3: what a stage writes on progress: the same progress to every partition of
     each internal topic it writes, so the next stage computes the same watermark. The
     drivers send a `Progress` value to every partition (`to_every_partition`)."""
-    return [Emit(topic, progress.topic, progress) for topic in stage.outputs if topic in INTERNAL_TOPICS]
+    out = []
+    for topic in stage.outputs:
+        if topic in INTERNAL_TOPICS:
+            sent = msgspec.structs.replace(progress, topic=f"{stage.name}:{progress.topic}") if topic in stage.progress_as_own else progress
+            out.append(Emit(topic, sent.topic, sent))
+    return out
 
 
 def to_every_partition(emit: Emit) -> bool:
