@@ -15,11 +15,20 @@ from app.model.facts import GoodputChange
 from app.model.fleet_records import GOODPUT, Goodput
 
 
+def basis(reserved: int, running: int) -> int:
+    """R17.2: what goodput is a share of: the reserved GPU-seconds, or the running ones where
+    no Workload held quota. A sum over hours, namespaces or queues adds each one's basis."""
+    return reserved or running
+
+
+def share(useful: int, whole: int) -> float | None:
+    return round(useful / whole, 4) if whole else None
+
+
 def goodput_of(useful: int, reserved: int, running: int) -> float | None:
     """R17.2: useful / reserved; useful / running where no Workload held quota; None when
     there is neither."""
-    whole = reserved or running
-    return round(useful / whole, 4) if whole else None
+    return share(useful, basis(reserved, running))
 
 
 def on_goodput(state: GoodputStats | None, change: GoodputChange, fleet: FleetSettings, marks: Watermarks) -> tuple[GoodputStats | None, list[Emit]]:

@@ -10,7 +10,7 @@ import msgspec
 
 from app.core.base.clock import hour_of
 from app.core.base.rules import FleetSettings
-from app.core.fleet.goodput import goodput_of
+from app.core.fleet.goodput import basis, share
 from app.core.fleet.read_model import FleetState
 from app.core.fleet.states import horizon
 from app.model.fleet_records import Goodput
@@ -81,8 +81,10 @@ def _sums(records: list[Goodput]) -> list[int]:
 
 
 def _row(cluster: str, namespace: str, queue: str, records: list[Goodput]) -> GoodputRow:
+    """The records added up; goodput over their bases (R17.2: each hour's and queue's own)."""
     sums = _sums(records)
-    return GoodputRow(cluster, namespace, queue, *sums, goodput=goodput_of(sums[2], sums[0], sums[1]))  # type: ignore[misc]
+    whole = sum(basis(r.reserved_gpu_seconds, r.running_gpu_seconds) for r in records)
+    return GoodputRow(cluster, namespace, queue, *sums, goodput=share(sums[2], whole))  # type: ignore[misc]
 
 
 def cluster_goodput(state: FleetState, settings: FleetSettings) -> list[ClusterGoodput]:
@@ -102,8 +104,8 @@ def cluster_goodput(state: FleetState, settings: FleetSettings) -> list[ClusterG
         hours = []
         hour, last = max(min(by_hour), horizon(now, settings)), hour_of(now)
         while hour <= last:
-            sums = _sums(by_hour.get(hour, []))
-            hours.append(GoodputHour(hour, *sums[:6], goodput=goodput_of(sums[2], sums[0], sums[1])))  # type: ignore[misc]
+            row = _row(cluster, "", "", by_hour.get(hour, []))
+            hours.append(GoodputHour(hour, *_sums(by_hour.get(hour, []))[:6], goodput=row.goodput))  # type: ignore[misc]
             hour += timedelta(hours=1)
         rows = [_row(cluster, ns, queue, rs) for (ns, queue), rs in by_place.items()]
         rows.sort(key=lambda r: (-r.reserved_gpu_seconds, -r.running_gpu_seconds, r.namespace, r.queue))

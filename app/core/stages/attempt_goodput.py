@@ -28,7 +28,7 @@ from app.core.base.emit import Emit
 from app.core.base.progress import ANY_PROGRESS, Watermarks
 from app.core.base.rules import Rules
 from app.core.stages.fleet_inputs import goodput_changes
-from app.core.verdicts.goodput import Episode, HourFigures, attempt_figures, episodes, hourly, run_end, runs_of
+from app.core.verdicts.goodput import Episode, HourFigures, Run, attempt_figures, episodes, failed_until, hourly, run_end, runs_of
 from app.model.envelope import PODS
 from app.model.facts import END_OF_TIME, AttemptId, JobFacts, PodFacts, QuotaFacts
 from app.model.records import IDLE_QUOTA, GoodputFigures, IdleQuota, ObjectRef, PodRef
@@ -89,12 +89,22 @@ def accounted(
     if not _matters(before, state, fact):
         return state, emits
     usage = state.usage or AttemptUsage()
-    runs = runs_of(state.pods.values())
+    runs = _runs(state, verdicts)
     usage, told = _hours(usage, state, runs, verdicts, rules, fact.observed_at)
     usage, idle = _idle(usage, state, runs, rules, marks)
     if usage == (state.usage or AttemptUsage()):
         return state, emits
     return msgspec.structs.replace(state, usage=usage), [*emits, *told, *idle]
+
+
+def _runs(state: AttemptState, verdicts: Sequence[Any]) -> list[Run]:
+    """Its pods' runs. One whose records never say when it stopped runs until the attempt
+    failed (its terminal verdict: the caller ends it there) or, the attempt not failed,
+    until its failures counted it (a pod of an earlier generation deleted with no time of
+    its own): lost time is running time."""
+    if verdicts and verdicts[-1].terminal:
+        return runs_of(state.pods.values())
+    return runs_of(state.pods.values(), failed_until(span for v in verdicts for span in v.gpu.spans))
 
 
 def settle_attempt(state: AttemptState, _: str, rules: Rules, marks: Watermarks) -> tuple[AttemptState, list[Emit]]:
@@ -117,7 +127,7 @@ def terminal_goodput(state: AttemptState, verdicts: Sequence[Any]) -> GoodputFig
         return None
     lost = sum(v.gpu.gpu_seconds or 0 for v in verdicts)
     quota = state.usage.quota if state.usage is not None else None
-    return attempt_figures(runs_of(state.pods.values()), quota, lost, last.failed_at)
+    return attempt_figures(_runs(state, verdicts), quota, lost, last.failed_at)
 
 
 # --- R17.4: the hours, for the fleet -------------------------------------------------------

@@ -70,16 +70,30 @@ def run_end(pod: PodFacts) -> datetime | None:
     return None
 
 
-def runs_of(pods: Iterable[PodFacts]) -> list[Run]:
+def runs_of(pods: Iterable[PodFacts], failed: dict[str, datetime] | None = None) -> list[Run]:
     """The runs of the GPU pods that started (a pod whose start no record showed has none:
-    its GPU time is unknown, R17.2 counts only what is known)."""
+    its GPU time is unknown, R17.2 counts only what is known). `failed`: by pod uid, until
+    when a failure counted a pod's GPU-seconds (its anchor, R5.1): a pod whose own records
+    never said when it stopped ran that long at least."""
     out = []
     for pod in pods:
         start = pod.started_at
         if pod.gpus <= 0 or start is None:
             continue
         end = run_end(pod)
+        if end is None and failed:
+            end = failed.get(pod.uid)
         out.append(Run(pod.gpus, start, end if end is None or end >= start else start))
+    return out
+
+
+def failed_until(spans: Iterable[GpuSpan]) -> dict[str, datetime]:
+    """By pod uid, the latest end of its spans in failures' GPU-seconds."""
+    out: dict[str, datetime] = {}
+    for span in spans:
+        known = out.get(span.pod)
+        if known is None or span.end > known:
+            out[span.pod] = span.end
     return out
 
 

@@ -38,11 +38,12 @@ _SECOND: Final = timedelta(seconds=1)
 
 class GpuSpan(msgspec.Struct, frozen=True, gc=False, array_like=True):
     """One pod's part of a failure's GPU-seconds: its GPUs, from when to when (R17.4
-    splits it by the hours it fell in)."""
+    splits it by the hours it fell in); `pod` its uid."""
 
     gpus: int
     start: datetime
     end: datetime
+    pod: str = ""
 
 
 class GpuTime(msgspec.Struct, frozen=True, gc=False):
@@ -179,7 +180,7 @@ def pod_gpu_span(pod: PodFacts, failed_at: datetime, since: datetime | None = No
     if began is not None and began > start:
         start = began
     end = anchor_of(pod, failed_at, clamp=True)
-    return GpuSpan(pod.gpus, start, end) if end > start else None
+    return GpuSpan(pod.gpus, start, end, pod.uid) if end > start else None
 
 
 class UnknownStart(Exception):
