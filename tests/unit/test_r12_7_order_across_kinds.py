@@ -91,12 +91,17 @@ def answer(lines: list[Line]) -> dict[str, Any]:
             goodput[emit.key] = value
         elif emit.topic == IDLE_QUOTA:
             idle.add((emit.key, value.since, value.why, value.idle, value.gpus))
-    hours = {k: _figures(v, restarted) for k, v in goodput.items() if v.attempts}
+    hours = {k: _figures(v, restarted) for k, v in goodput.items() if v.attempts and (not restarted or _not_only_lost(v))}
     verdicts = {k: (*v[:-1], _figures(v[-1], restarted)) for k, v in verdicts.items()}
     return {"transitions": transitions, "verdicts": verdicts, "faults": faults, "goodput": hours, "idle": idle}
 
 
 _FAILURES_OWN = ("useful_gpu_seconds", "lost_gpu_seconds", "lost_user_gpu_seconds", "lost_system_gpu_seconds", "goodput")
+
+
+def _not_only_lost(record: Any) -> bool:
+    """An hour that holds more than a restart's lost GPU-seconds (which a burst moves)."""
+    return any((record.reserved_gpu_seconds, record.running_gpu_seconds, record.idle_gpu_seconds, record.wait_seconds, record.waits))
 
 
 def _figures(record: Any, restarted: bool) -> tuple[Any, ...] | None:
