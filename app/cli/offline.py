@@ -31,7 +31,8 @@ from app.model.records import (
     ClassifiedFailure,
     GangTransition,
 )
-from app.replay.diff import GoodputTotals, ReplayRecord, cost_of, diff, final_verdicts, goodput_totals
+from app.core.fleet.goodput_rows import GoodputRow
+from app.replay.diff import ReplayRecord, cost_of, diff, final_verdicts, goodput_totals
 from app.embedded.pipeline import Pipeline
 from app.replay.trace import OutputLine, encode_output, read_lines, replay
 from app.rulefile import rules_document
@@ -151,7 +152,7 @@ def run_rules(args: argparse.Namespace) -> int:
 _OUTPUT_LINE = msgspec.json.Decoder(OutputLine[ReplayRecord])  # v1 verdicts too (SPEC R13.3)
 
 
-def _replay_output(source: str, args: argparse.Namespace) -> tuple[dict[str, ClassifiedFailure], GoodputTotals | None]:
+def _replay_output(source: str, args: argparse.Namespace) -> tuple[dict[str, ClassifiedFailure], GoodputRow | None]:
     """The final verdicts of a replay, and where its GPU-hours went where it says (R17.4)."""
     if source.startswith("kafka:"):
         need("diff kafka:TOPIC", "stream", "kafka")

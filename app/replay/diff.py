@@ -16,6 +16,7 @@ from collections.abc import Iterable
 
 import msgspec
 
+from app.core.fleet.goodput_rows import GoodputRow, goodput_row
 from app.core.identity.attempt import attempt_name
 from app.core.fleet.states import fault_label
 from app.model.fleet_records import GOODPUT, DerivedRecord, Goodput
@@ -82,22 +83,8 @@ class Cost(msgspec.Struct, frozen=True):
     unknown: int = 0  # changed attempts with no GPU-seconds known (counted nowhere above)
     # SPEC R17.4: where each replay's GPU-hours went (None: the replay holds no faultline.goodput,
     # e.g. a verdicts topic, or one written before R17).
-    base_goodput: GoodputTotals | None = None
-    candidate_goodput: GoodputTotals | None = None
-
-
-class GoodputTotals(msgspec.Struct, frozen=True):
-    """SPEC R17.4: a replay's `faultline.goodput` over everything it counted (the latest
-    record per hour, namespace and queue), GPU-seconds."""
-
-    reserved_gpu_seconds: int = 0
-    running_gpu_seconds: int = 0
-    useful_gpu_seconds: int = 0
-    lost_user_gpu_seconds: int = 0
-    lost_system_gpu_seconds: int = 0
-    idle_gpu_seconds: int = 0
-    wait_seconds: int = 0
-    goodput: float | None = None
+    base_goodput: GoodputRow | None = None
+    candidate_goodput: GoodputRow | None = None
 
 
 class Diff(msgspec.Struct, frozen=True):
@@ -128,18 +115,14 @@ def final_verdicts(records: Iterable[tuple[str, str, object]]) -> dict[str, Clas
     return latest
 
 
-def goodput_totals(records: Iterable[tuple[str, str, object]]) -> GoodputTotals | None:
-    """R17.4: the latest `faultline.goodput` record per key, added up; None when there is none."""
+def goodput_totals(records: Iterable[tuple[str, str, object]]) -> GoodputRow | None:
+    """R17.4: the latest `faultline.goodput` record per key, added up as the fleet view adds
+    them; None when there is none."""
     latest: dict[str, Goodput] = {}
     for topic, key, value in records:
         if topic == GOODPUT and isinstance(value, Goodput):
             latest[key] = value
-    if not latest:
-        return None
-    fields = [f for f in GoodputTotals.__struct_fields__ if f != "goodput"]
-    sums = {f: sum(getattr(r, f) for r in latest.values()) for f in fields}
-    whole = sum(r.reserved_gpu_seconds or r.running_gpu_seconds for r in latest.values())  # R17.2: each hour's and queue's basis
-    return GoodputTotals(**sums, goodput=round(sums["useful_gpu_seconds"] / whole, 4) if whole else None)
+    return goodput_row(list(latest.values())) if latest else None
 
 
 def _fault_text(fault: GpuFault | None) -> str | None:

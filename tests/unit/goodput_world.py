@@ -18,7 +18,7 @@ from app.embedded.pipeline import Pipeline
 from app.model.envelope import EVENTS, JOBS, PODS, WORKLOADS
 from tests.unit import builders
 from tests.unit.drivers import new_pipeline
-from tests.unit.gang_builders import JOBSET_NAME, JOBSET_UID, NAMESPACE, GangWorld, k8s_time, observed_time, record
+from tests.unit.gang_builders import JOBSET_NAME, JOBSET_UID, NAMESPACE, GangWorld, k8s_time, record
 
 GPUS_PER_POD = 8
 
@@ -123,15 +123,7 @@ class PodsWorld(GangWorld):
 
     def progress(self, *topics: str) -> PodsWorld:
         """The bridge's progress on every source topic (pods and events too)."""
-        for topic in topics or (JOBS, WORKLOADS, PODS, EVENTS):
-            kind = {JOBS: "JobSet", WORKLOADS: "Workload", PODS: "Pod", EVENTS: "Event"}[topic]
-            value = {
-                "type": "BOOKMARK",
-                "observed_at": observed_time(self.now),
-                "cluster": self.cluster,
-                "object": {"apiVersion": "v1", "kind": kind, "metadata": {"resourceVersion": str(self.resource_version)}},
-            }
-            self.records.append({"topic": topic, "key": kind, "value": value})
+        super().progress(*(topics or (JOBS, WORKLOADS, PODS, EVENTS)))
         return self
 
     def idle_for(self, seconds: float, every: float = 60) -> PodsWorld:

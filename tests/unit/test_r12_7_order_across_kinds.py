@@ -57,7 +57,8 @@ def answer(lines: list[Line]) -> dict[str, Any]:
     verdict's `goodput`, the latest `faultline.goodput` record per hour (but for an hour
     every attempt moved out of), and each stretch of idle quota reported (when it began,
     why, and whether it is over). Its lost and useful GPU-seconds are its failures': where
-    a JobSet restarted in place, those of the restart's interim verdict move with a burst."""
+    a JobSet restarted in place, those of the restart's interim verdict move with a burst,
+    and with them the running time of pods that never said when they stopped."""
     transitions: dict[str, list[tuple[Any, ...]]] = {}
     verdicts: dict[str, tuple[Any, ...]] = {}
     faults: dict[str, tuple[Any, ...]] = {}
@@ -91,24 +92,28 @@ def answer(lines: list[Line]) -> dict[str, Any]:
             goodput[emit.key] = value
         elif emit.topic == IDLE_QUOTA:
             idle.add((emit.key, value.since, value.why, value.idle, value.gpus))
-    hours = {k: _figures(v, restarted) for k, v in goodput.items() if v.attempts and (not restarted or _not_only_lost(v))}
-    verdicts = {k: (*v[:-1], _figures(v[-1], restarted)) for k, v in verdicts.items()}
+    hours = {k: _figures(v, restarted, _HOURS_MOVED) for k, v in goodput.items() if v.attempts and (not restarted or _quota_in(v))}
+    verdicts = {k: (*v[:-1], _figures(v[-1], restarted, _VERDICT_MOVED)) for k, v in verdicts.items()}
     return {"transitions": transitions, "verdicts": verdicts, "faults": faults, "goodput": hours, "idle": idle}
 
 
-_FAILURES_OWN = ("useful_gpu_seconds", "lost_gpu_seconds", "lost_user_gpu_seconds", "lost_system_gpu_seconds", "goodput")
+# What a JobSet's restart in place moves (above): on its final verdict, the lost GPU-seconds
+# of its interim verdicts; in its hours, those too, and the running time of its pods whose
+# own records never said when they stopped (they ran until the restart was seen).
+_VERDICT_MOVED = ("useful_gpu_seconds", "lost_gpu_seconds")
+_HOURS_MOVED = ("running_gpu_seconds", "useful_gpu_seconds", "lost_user_gpu_seconds", "lost_system_gpu_seconds", "idle_gpu_seconds", "goodput")
 
 
-def _not_only_lost(record: Any) -> bool:
-    """An hour that holds more than a restart's lost GPU-seconds (which a burst moves)."""
-    return any((record.reserved_gpu_seconds, record.running_gpu_seconds, record.idle_gpu_seconds, record.wait_seconds, record.waits))
+def _quota_in(record: Any) -> bool:
+    """An hour with Kueue's part in it (what a restart does not move)."""
+    return any((record.reserved_gpu_seconds, record.wait_seconds, record.waits))
 
 
-def _figures(record: Any, restarted: bool) -> tuple[Any, ...] | None:
-    """R17's figures, without those a JobSet's restart in place moves (above)."""
+def _figures(record: Any, restarted: bool, moved: tuple[str, ...]) -> tuple[Any, ...] | None:
+    """R17's figures, without those a JobSet's restart in place moves, where one did."""
     if record is None:
         return None
-    return tuple(v for f, v in zip(record.__struct_fields__, msgspec.structs.astuple(record)) if not restarted or f not in _FAILURES_OWN)
+    return tuple(v for f, v in zip(record.__struct_fields__, msgspec.structs.astuple(record)) if not restarted or f not in moved)
 
 
 def _is_progress(line: Line) -> bool:

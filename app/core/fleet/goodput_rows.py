@@ -80,7 +80,7 @@ def _sums(records: list[Goodput]) -> list[int]:
     return [sum(getattr(r, f) for r in records) for f in _FIELDS]
 
 
-def _row(cluster: str, namespace: str, queue: str, records: list[Goodput]) -> GoodputRow:
+def goodput_row(records: list[Goodput], cluster: str = "", namespace: str = "", queue: str = "") -> GoodputRow:
     """The records added up; goodput over their bases (R17.2: each hour's and queue's own)."""
     sums = _sums(records)
     whole = sum(basis(r.reserved_gpu_seconds, r.running_gpu_seconds) for r in records)
@@ -104,12 +104,12 @@ def cluster_goodput(state: FleetState, settings: FleetSettings) -> list[ClusterG
         hours = []
         hour, last = max(min(by_hour), horizon(now, settings)), hour_of(now)
         while hour <= last:
-            row = _row(cluster, "", "", by_hour.get(hour, []))
+            row = goodput_row(by_hour.get(hour, []), cluster)
             hours.append(GoodputHour(hour, *_sums(by_hour.get(hour, []))[:6], goodput=row.goodput))  # type: ignore[misc]
             hour += timedelta(hours=1)
-        rows = [_row(cluster, ns, queue, rs) for (ns, queue), rs in by_place.items()]
+        rows = [goodput_row(rs, cluster, ns, queue) for (ns, queue), rs in by_place.items()]
         rows.sort(key=lambda r: (-r.reserved_gpu_seconds, -r.running_gpu_seconds, r.namespace, r.queue))
-        out.append(ClusterGoodput(cluster, state.cluster_times.get(cluster), _row(cluster, "", "", records), hours, rows))
+        out.append(ClusterGoodput(cluster, state.cluster_times.get(cluster), goodput_row(records, cluster), hours, rows))
     return out
 
 
