@@ -6,15 +6,19 @@ driver (`memory`, `wire`), from JobSets under Kueue whose pods the kubelet runs
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import msgspec
 import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from app.core.base.emit import Emit
 from app.core.base.rules import DEFAULT_RULES, Rules
+from app.core.verdicts.goodput import Run, hourly
+from app.core.verdicts.goodput import seconds as goodput_seconds
 from app.model.facts import WorkloadQuota
 from app.model.fleet_records import GOODPUT, Goodput
 from app.model.records import CLASSIFIED_FAILURES, GANG_TRANSITIONS, IDLE_QUOTA, ClassifiedFailure, GangTransition, GoodputFigures, IdleQuota
@@ -329,3 +333,22 @@ def test_r17_4_a_workload_quota_kept_is_bounded() -> None:
     [gang] = pipeline.states["gangs"].values()
     [quota] = gang.quota
     assert isinstance(quota, WorkloadQuota) and len(quota.holds) == 32 and len(quota.waits) == 32
+
+
+_INSTANTS = st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(timezone.utc))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(start=_INSTANTS, length=st.timedeltas(min_value=timedelta(0), max_value=timedelta(hours=60)), gpus=st.integers(1, 64))
+def test_r17_4_each_hour_holds_the_whole_seconds_that_fell_in_it(start: datetime, length: timedelta, gpus: int) -> None:
+    """A run's seconds by UTC hour, counted from its start to the end of each hour it
+    touched: they add up to its whole seconds, and each hour holds what fell in it."""
+    end = start + length
+    hours = hourly([Run(gpus, start, end)], None, [], None)
+    assert sum(h.running for h in hours) == gpus * goodput_seconds(start, end)
+    done = 0
+    for h in hours:
+        assert h.hour == h.hour.replace(minute=0, second=0, microsecond=0) and h.hour.utcoffset() == timedelta(0)
+        upto = goodput_seconds(start, min(end, h.hour + timedelta(hours=1)))
+        assert h.running == gpus * (upto - done) and h.idle == 0 and h.useful == h.running
+        done = upto

@@ -19,18 +19,17 @@ wait once readmitted; the verdict's figures (`attempt_figures`) count up to the 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
+from functools import lru_cache
 
 import msgspec
 
-from app.core.base.clock import hour_of
 from app.core.verdicts.gpu_time import GpuSpan
 from app.core.verdicts.relevance import latest_finish
 from app.model.facts import PodFacts, QuotaFacts, QuotaHold
 from app.model.records import ErrorKind, GoodputFigures
 
 _SECOND = timedelta(seconds=1)
-_HOUR = timedelta(hours=1)
 
 
 class Run(msgspec.Struct, frozen=True, gc=False, array_like=True):
@@ -101,18 +100,34 @@ def seconds(start: datetime, end: datetime) -> int:
     return (end - start) // _SECOND if end > start else 0
 
 
-def _split(start: datetime, end: datetime) -> Iterable[tuple[datetime, int]]:
-    """The whole seconds of [start, end) by UTC hour (they add up to `seconds(start, end)`)."""
-    if end <= start:
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_US, _HOUR_US = 1_000_000, 3_600_000_000
+
+
+def _micros(at: datetime) -> int:
+    """Microseconds since the Unix epoch, exactly (a float timestamp is not, at this size)."""
+    since = at - _EPOCH
+    return (since.days * 86_400 + since.seconds) * _US + since.microseconds
+
+
+def _spread(hours: dict[int, list[int]], start: datetime, end: datetime, weight: int, field: int) -> None:
+    """Add `weight` × the whole seconds of [start, end) to `hours` (hour start in µs ->
+    figures) by UTC hour: each hour's are those up to its end less those before it, counted
+    from `start`, so they add up to `seconds(start, end)`. Integers: it runs for every run."""
+    a, b = _micros(start), _micros(end)
+    if b <= a:
         return
-    hour = hour_of(start)
+    hour = a - a % _HOUR_US
     done = 0
-    while hour < end:
-        upto = seconds(start, min(end, hour + _HOUR))
+    while hour < b:
+        upto = (min(b, hour + _HOUR_US) - a) // _US
         if upto > done:
-            yield hour, upto - done
+            row = hours.get(hour)
+            if row is None:
+                row = hours[hour] = [0, 0, 0, 0, 0]
+            row[field] += weight * (upto - done)
         done = upto
-        hour += _HOUR
+        hour += _HOUR_US
 
 
 def _capped(start: datetime, end: datetime | None, until: datetime) -> int:
@@ -136,43 +151,40 @@ def hourly(runs: list[Run], quota: QuotaFacts | None, losses: Iterable[tuple[Err
     ended (`ended`: the attempt failed then, so what still ran stopped counting), each hold
     released, each wait ended in a readmission; the failures' GPU-seconds (`losses`: each
     failure's kind and its pods' spans) in the hours their pods ran."""
-    hours: dict[datetime, list[int]] = {}
-
-    def add(start: datetime, end: datetime, weight: int, field: int) -> None:
-        for hour, n in _split(start, end):
-            row = hours.get(hour)
-            if row is None:
-                row = hours[hour] = [0] * 5
-            row[field] += weight * n
-
+    hours: dict[int, list[int]] = {}  # hour start (µs) -> reserved, running, lost user, lost system, wait seconds
     for run in runs:
         end = run.end if run.end is not None else ended
         if end is not None:
-            add(run.start, end, run.gpus, 1)
-    waits_ended: dict[datetime, int] = {}
+            _spread(hours, run.start, end, run.gpus, 1)
+    waits_ended: dict[int, int] = {}
     if quota is not None:
         for workload in quota.workloads:
             if workload.gpus:
                 for hold in workload.holds:
                     if hold.end is not None:
-                        add(hold.start, hold.end, workload.gpus, 0)
+                        _spread(hours, hold.start, hold.end, workload.gpus, 0)
             for wait in workload.waits:
                 if wait.end is not None:
-                    add(wait.start, wait.end, 1, 4)
-                    hour = hour_of(wait.end)
+                    _spread(hours, wait.start, wait.end, 1, 4)
+                    at = _micros(wait.end)
+                    hour = at - at % _HOUR_US
                     waits_ended[hour] = waits_ended.get(hour, 0) + 1
-                    hours.setdefault(hour, [0] * 5)
+                    hours.setdefault(hour, [0, 0, 0, 0, 0])
     for kind, spans in losses:
         field = 3 if kind == "SYSTEM" else 2
         for span in spans:
-            add(span.start, span.end, span.gpus, field)
+            _spread(hours, span.start, span.end, span.gpus, field)
     out = []
     for hour in sorted(hours):
         reserved, running, lost_user, lost_system, wait_seconds = hours[hour]
         useful = max(running - lost_user - lost_system, 0)
-        idle = max(reserved - running, 0)
-        out.append(HourFigures(hour, reserved, running, useful, lost_user, lost_system, idle, wait_seconds, waits_ended.get(hour, 0)))
+        out.append(HourFigures(_hour_at(hour), reserved, running, useful, lost_user, lost_system, max(reserved - running, 0), wait_seconds, waits_ended.get(hour, 0)))
     return tuple(out)
+
+
+@lru_cache(maxsize=1024)  # the same few hours, for every attempt
+def _hour_at(micros: int) -> datetime:
+    return _EPOCH + timedelta(microseconds=micros)
 
 
 # --- idle quota (R17.3) --------------------------------------------------------------------
