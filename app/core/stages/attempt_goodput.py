@@ -73,9 +73,21 @@ def _run(pod: PodFacts | None) -> tuple[Any, ...] | None:
 
 
 def _matters(before: AttemptState, state: AttemptState, fact: Any) -> bool:
+    """Whether `fact` can change a figure: most pod records cannot (a pod's run that only
+    began counts once it ended, and ends idle quota only where a Workload holds some)."""
+    if before.counted is not state.counted or before.emitted is not state.emitted or before.identity != state.identity:
+        return True  # a verdict changed: its lost GPU-seconds, what it ended; or the attempt is known now
     if isinstance(fact, PodFacts):
-        return _run(before.pods.get(fact.uid)) != _run(fact) or before.counted is not state.counted
-    return True  # a job's or the quota's facts (few): its identity, its end, its holds
+        was, now = _run(before.pods.get(fact.uid)), _run(fact)
+        if was == now:
+            return False
+        if now is not None and now[2] is None and (was is None or was[2] is None):  # it began running
+            # A run with no end counts in no hour until the attempt failed (its terminal verdict
+            # ends it; an earlier failure counted it only if it had a start, which stays): it can
+            # only end a stretch of idle quota.
+            return (state.usage is not None and state.usage.quota is not None) or (state.emitted is not None and state.emitted.terminal)
+        return True
+    return not isinstance(fact, JobFacts)  # the quota's facts; a job's matter through its verdicts and identity (above)
 
 
 # --- the fold's part -----------------------------------------------------------------------
@@ -141,8 +153,7 @@ def _hours(
     if ident is None or fleet is None:
         return usage, []
     ended = next((v.failed_at for v in reversed(verdicts) if v.terminal), None)
-    losses = [(v.outcome.kind, v.gpu.spans) for v in verdicts]
-    hours = hourly(runs, usage.quota, losses, ended)
+    hours = hourly(runs, usage.quota, [(v.outcome.kind, v.gpu.spans) for v in verdicts], ended)
     if hours:  # the latest `history_hours` of it: the fleet keeps no older hour (R11.5)
         oldest = hours[-1].hour.timestamp() - (fleet.history_hours - 1) * 3600
         hours = tuple(h for h in hours if h.hour.timestamp() >= oldest)
