@@ -142,6 +142,7 @@ def _check(workers: list[subprocess.Popen], logs: list[Path]) -> None:
 class Throughput(NamedTuple):
     records_per_s: float
     cpu_per_record: float  # CPU seconds of the workers per source record, startup aside
+    cpu_each: list[float]  # share of one core each worker used from the group's first commit to its last
 
 
 def throughput_workers(bootstrap: str, records: list, tmp: Path, workers: int = 1) -> Throughput:
@@ -158,8 +159,11 @@ def throughput_workers(bootstrap: str, records: list, tmp: Path, workers: int = 
     logs = [tmp / f"worker-{workers}-{i}.log" for i in range(workers)]
     procs = [start_worker(bootstrap, prefix, tmp / f"worker-{workers}-{i}", log, f"w{i}" if workers > 1 else "") for i, log in enumerate(logs)]
 
+    def cpus() -> list[float]:
+        return [cpu_seconds(proc.pid) or 0.0 for proc in procs]
+
     def cpu() -> float:
-        return sum(cpu_seconds(proc.pid) or 0.0 for proc in procs)
+        return sum(cpus())
 
     try:
         initial = lag = lag_of(settings.app_id, topics)
@@ -168,6 +172,7 @@ def throughput_workers(bootstrap: str, records: list, tmp: Path, workers: int = 
             time.sleep(0.1)
             lag = lag_of(settings.app_id, topics)
         cpu_at_start, done_at_start = cpu(), initial - lag
+        each_at_start, started = cpus(), time.monotonic()
         while lag > 0:
             _check(procs, logs)
             time.sleep(0.2)
@@ -175,8 +180,10 @@ def throughput_workers(bootstrap: str, records: list, tmp: Path, workers: int = 
         # The CPU the workers spent from their first commit to their last, per source
         # record processed in between (with every re-keyed record it caused).
         per_record = (cpu() - cpu_at_start) / max(n - done_at_start * n / initial, 1)
+        spent = max(time.monotonic() - started, 1e-3)
+        each = [(after - before) / spent for before, after in zip(each_at_start, cpus())]
         first, last = _written_span(bootstrap, prefix)
-        return Throughput(n / max(last - first, 1e-3), per_record)
+        return Throughput(n / max(last - first, 1e-3), per_record, each)
     finally:
         for proc in procs:
             stop_worker(proc)
@@ -486,11 +493,15 @@ def main() -> None:
     print(f"load_average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (1, 5, 15 min, at the end; {os.cpu_count()} cores)")
     if args.workers:
         print(f"passthrough_records_per_s: {passthrough:.0f} (the mean of {before:.0f} before the workers and {after:.0f} after)")
-    for n, (rate, per_record) in throughput.items():
+    for n, (rate, per_record, each) in throughput.items():
         name = "worker" if n == 1 else f"workers_{n}"
         print(f"{name}_records_per_s: {rate:.0f}")
         print(f"ratio_{name}_to_passthrough: {rate / passthrough:.2f}")
         print(f"{name}_cpu_us_per_record: {1e6 * per_record:.0f} (the CPU the worker process{'es' if n > 1 else ''} spent per source record, all stages)")
+        print(f"{name}_cpu_each: {', '.join(f'{100 * share:.0f}%' for share in each)} of one core each, from the group's first commit to its last")
+        if n > 1 and 1 in throughput:
+            print(f"{name}_records_per_cpu_second_to_one_worker: {throughput[1].cpu_per_record / per_record:.2f} "
+                  "(the broker shares the 2 cores: the group's wall-clock rate cannot double here)")  # fmt: skip
     parts = []
     for rate, m in measured.items():
         lat, completed = m.seconds, m.completed

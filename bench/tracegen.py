@@ -6,7 +6,8 @@ JSON (env, volumes, tolerations, affinity, conditions, container statuses), ~20%
 pod tasks and MPIJobs with workers; a few hundred of them fail, some after a GPU fault.
 With `workloads` (SPEC R13), half the attempt slots go to workloads without an
 orchestrator instead: TrainJobs (their JobSet, Jobs and pods), bare JobSets, GPU batch
-Jobs and bare GPU pods, and CPU-only CronJob Jobs that are no attempts.
+Jobs, Kubeflow JAXJobs (SPEC R16.5) and bare GPU pods, and CPU-only CronJob Jobs that are
+no attempts.
 
 `failed_fleet`: the fleet at scale (issue 17): only failed attempts, most after a GPU
 fault, on many nodes with several GPUs each, over namespaces, Kueue queues and hours.
@@ -197,6 +198,15 @@ def _batch_job(name: str, uid: str, at: datetime, owners: list[dict], labels: di
             "status": {"conditions": _ended(at, failed, "Complete", "BackoffLimitExceeded")}}  # fmt: skip
 
 
+def _jaxjob(name: str, uid: str, at: datetime, failed: bool | None) -> dict:
+    """A Kubeflow JAXJob (kubeflow/trainer v1.9.4, SPEC R16.5) of two GPU workers."""
+    created = [{"type": "Created", "status": "True", "reason": "JAXJobCreated", "message": f"JAXJob {name} is created.", "lastTransitionTime": _ts(at)}]
+    template = {"spec": {"containers": [{"name": "jax", "image": "ghcr.io/acme/jax:2026.08", "resources": _resources(True)}]}}
+    return {"apiVersion": "kubeflow.org/v1", "kind": "JAXJob", "metadata": {"name": name, "namespace": "ml-team", "uid": uid, "creationTimestamp": _ts(at)},
+            "spec": {"runPolicy": {"cleanPodPolicy": "None"}, "jaxReplicaSpecs": {"Worker": {"replicas": 2, "restartPolicy": "Never", "template": template}}},
+            "status": {"conditions": created + _ended(at, failed, "Succeeded", "JAXJobFailed"), "replicaStatuses": {"Worker": {"active": 2}}}}  # fmt: skip
+
+
 def _workload_attempt(kind: str, a: int, start: datetime, end: datetime, fails: bool) -> tuple[list[tuple[str, str, bytes]], list[Pod], list[tuple[str, str, bytes]]]:
     """A workload attempt (or a CPU-only CronJob Job, `cron`): its records before its
     pods, its pods, and its records once they ended."""
@@ -230,18 +240,26 @@ def _workload_attempt(kind: str, a: int, start: datetime, end: datetime, fails: 
         own = {"batch.kubernetes.io/controller-uid": uid, "batch.kubernetes.io/job-name": name, "controller-uid": uid, "job-name": name}
         for j in range(2 if gpu else 1):
             pods.append((f"{name}-{j}-q4m8d", f"p{a}-{j}", {**own, "batch.kubernetes.io/job-completion-index": str(j)}, [_owner("Job", name, uid, "batch/v1")], gpu))
+    elif kind == "jaxjob":
+        name, uid = f"jax-{a}", f"jax-{a}"
+        head.append(_record("k8s.jobs", uid, "ADDED", start, _jaxjob(name, uid, start, None)))
+        tail.append(_record("k8s.jobs", uid, "MODIFIED", end + timedelta(seconds=5), _jaxjob(name, uid, end, fails)))
+        for j in range(2):
+            labels = {"training.kubeflow.org/job-name": name, "training.kubeflow.org/operator-name": "jaxjob-controller",
+                      "training.kubeflow.org/replica-type": "worker", "training.kubeflow.org/replica-index": str(j)}  # fmt: skip
+            pods.append((f"{name}-worker-{j}", f"p{a}-{j}", labels, [_owner("JAXJob", name, uid, "kubeflow.org/v1")], True))
     else:  # a bare GPU pod
         pods.append((f"notebook-{a}", f"p{a}", {"app": "notebook"}, [], True))
     return head, pods, tail
 
 
-WORKLOAD_KINDS = ("trainjob", "jobset", "job", "bare")
+WORKLOAD_KINDS = ("trainjob", "jobset", "job", "jaxjob", "bare")
 
 
 def _kind_of(a: int, workloads: bool) -> str:
     """Without workloads: MPIJobs and pod tasks in turn. With them (SPEC R13), a quarter
-    each of MPIJobs, pod tasks, workload attempts (TrainJob, bare JobSet, GPU Job, bare
-    pod in turn) and CPU-only CronJob Jobs."""
+    each of MPIJobs, pod tasks, workload attempts (TrainJob, bare JobSet, GPU Job, JAXJob,
+    bare pod in turn) and CPU-only CronJob Jobs."""
     if not workloads:
         return "mpijob" if a % 2 == 0 else "pod"
     return ("mpijob", "pod", WORKLOAD_KINDS[(a // 4) % len(WORKLOAD_KINDS)], "cron")[a % 4]

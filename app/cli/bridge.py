@@ -94,7 +94,23 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     _stop_flags(p)
     add_rules_option(p)  # `run` applies the rules in this process: it reads a rule file as every command does
+    _mark_flags(p)
     p.set_defaults(run=run_live, kafka_names=LOGGING, watch_names=WATCH_RUN)
+
+
+def _mark_flags(parser: argparse.ArgumentParser) -> None:
+    """`run --mark` (SPEC R18): the mark's settings that concern no broker."""
+    from app.cli.settings_flags import add_settings_flags
+    from app.mark import settings as mark_settings_mod
+
+    group = parser.add_argument_group("marking (flag > environment variable > default; docs/mark.md)")
+    group.add_argument(
+        "--mark",
+        action="store_true",
+        help="also add the pod condition faultline.io/GPUFault to each running pod a trusted critical GPU fault names, as "
+        "`faultline mark` does (the kubeconfig's user needs `get` on pods and `patch` on pods/status)",
+    )
+    add_settings_flags(group, mark_settings_mod.describe(), mark_settings_mod.EMBEDDED)
 
 
 def _load(args: argparse.Namespace) -> tuple[settings_mod.Settings, BridgeSettings]:
@@ -111,15 +127,16 @@ def _setup_logging(level: str) -> None:
     logging.getLogger("urllib3").setLevel(logging.ERROR)
 
 
-def _on_signals(stop: threading.Event, saves_positions: bool) -> Callable[[], None]:
-    """SIGINT/SIGTERM ask for a clean stop; a second one interrupts at once."""
+def _on_signals(stop: threading.Event, saves_positions: bool, doing: str = "", logger: logging.Logger = log) -> Callable[[], None]:
+    """SIGINT/SIGTERM ask for a clean stop (what it does then: `doing`); a second one
+    interrupts at once."""
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    then = ", then saving the positions" if saves_positions else ""
+    doing = doing or "publishing what was received" + (", then saving the positions" if saves_positions else "")
 
     def handler(signum: int, frame: object) -> None:
         if stop.is_set():
             raise KeyboardInterrupt
-        log.info("stopping (signal %s): publishing what was received%s", signal.Signals(signum).name, then)
+        logger.info("stopping (signal %s): %s", signal.Signals(signum).name, doing)
         stop.set()
 
     for sig in previous:
@@ -242,6 +259,14 @@ def run_live(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         return _fail(str(exc), 2)
     rules = rules_from_args(args)  # a bad rule file: exit 2 naming it, before anything starts
+    mark = None
+    if args.mark:
+        from app.mark import settings as mark_settings_mod
+
+        try:
+            mark = mark_settings_mod.load({name: getattr(args, name) for name in mark_settings_mod.EMBEDDED})
+        except SettingsError as exc:
+            return _fail(str(exc), 2)
     _setup_logging(kafka.log_level)
     from app.run.event_log import LogError
     from app.run.run_state import RunState, StateError, default_state_dir
@@ -256,7 +281,7 @@ def run_live(args: argparse.Namespace) -> int:
     except StateError as exc:
         api.close()
         return _fail(str(exc))
-    out = None
+    out = marking = None
     try:
         if args.out is not None:
             try:
@@ -264,8 +289,14 @@ def run_live(args: argparse.Namespace) -> int:
             except OSError as exc:
                 return _fail(f"cannot write the output file {args.out}: {exc.strerror or exc}; give --out a file you may write")
         printer = LivePrinter(sys.stdout, out, encode_output)
+        show = printer.show
+        if mark is not None:  # SPEC R18: the faults it emits, marked in this process
+            try:
+                show = marking = _marking(show, rules, watch, mark)
+            except BridgeError as exc:
+                return _fail(str(exc))
         try:
-            code = _run_on(api, state, printer, rules, watch, args)
+            code = _run_on(api, state, printer, show, rules, watch, args)
         except LogError as exc:
             return _fail(str(exc))
         except KeyboardInterrupt:  # Ctrl-C while the log is replayed (the watch handles its own)
@@ -275,20 +306,52 @@ def run_live(args: argparse.Namespace) -> int:
         state.close()
         if out is not None:
             out.close()
+        if marking is not None:
+            marking.close()
     if code == 0:
         print(f"{printer.verdicts} verdict(s), {printer.transitions} gang transition(s); state in {state.folder}", file=sys.stderr)
+        if marking is not None:
+            code = _marking_summary(marking)
     return code
 
 
-def _run_on(api: Any, state: RunState, printer: LivePrinter, rules: Rules, watch: BridgeSettings, args: argparse.Namespace) -> int:
+def _marking(show: Callable[[Any], None], rules: Rules, watch: BridgeSettings, mark: Any) -> Any:
+    """`run --mark`: the printer's `show`, then each fault marked or skipped (app/run/marking.py)."""
+    from app.bridge.client import api_client
+    from app.run.marking import MarkingOutput
+    from app.mark.kube import PodApi
+    from app.mark.marker import Marker
+    from app.mark.metrics import MarkMetrics
+
+    api = PodApi(api_client(watch.kubeconfig, watch.context, connections=2))
+    marker = Marker(
+        api, cluster=watch.cluster, condition_type=mark.mark_condition_type, rules=rules, metrics=MarkMetrics(),
+        stop=threading.Event(), concurrency=1, remembered=mark.mark_remembered,
+        backoff_initial=watch.backoff_initial, backoff_max=watch.backoff_max, give_up_after=watch.give_up_after,
+    )  # fmt: skip
+    return MarkingOutput(show, marker)
+
+
+def _marking_summary(marking: Any) -> int:
+    s = marking.marker.metrics.snapshot()
+    skipped = ", ".join(f"{n} {reason}" for reason, n in s.skips.items() if n) or "none"
+    print(f"{s.marks} pod(s) marked; faults skipped: {skipped}; {s.refused} mark(s) refused", file=sys.stderr)
+    if marking.failure is not None:
+        return _fail(f"marking stopped: {marking.failure}")
+    return 0
+
+
+def _run_on(
+    api: Any, state: RunState, printer: LivePrinter, show: Callable[[Any], None], rules: Rules, watch: BridgeSettings, args: argparse.Namespace
+) -> int:
     """Replay the event log (into --out; printed only what an earlier run had not printed
-    yet), then watch from the saved positions."""
+    yet, and handed to `show`), then watch from the saved positions."""
     from app.run.pipeline_sink import PipelineSink
     from app.run.resume import resume
     from app.embedded.pipeline import Pipeline
 
     pipeline = Pipeline(rules)
-    resumed = resume(state, pipeline, printer.keep, printer.show)
+    resumed = resume(state, pipeline, printer.keep, show)
     if state.fresh:
         log.info("no saved state in %s: listing the cluster from scratch", state.folder)
         state.positions.where = None  # said here: the bridge need not say it again
@@ -299,7 +362,7 @@ def _run_on(api: Any, state: RunState, printer: LivePrinter, rules: Rules, watch
             state.folder,
             f" (observed since {resumed.oldest:%Y-%m-%d %H:%M:%S} UTC)" if resumed.oldest else "",
         )
-    sink = PipelineSink(pipeline, printer.show, resumed.log, state.positions, state.delivered.mark)
+    sink = PipelineSink(pipeline, show, resumed.log, state.positions, state.delivered.mark)
     try:
         code = _watch(sink, watch, args.duration, args.max_records, api)
     finally:

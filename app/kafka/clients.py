@@ -29,6 +29,9 @@ def consumer(settings: Settings, **options: Any) -> KafkaConsumer:
     from kafka import KafkaConsumer
 
     probe(settings)
+    # kafka-python asks the broker to create a topic a consumer names; a reader never
+    # makes a topic: the workers and `faultline topics` do, with their partitions and settings.
+    options.setdefault("allow_auto_create_topics", False)
     return KafkaConsumer(**kafka_python_kwargs(settings), **options)
 
 

@@ -95,7 +95,8 @@ class PodDisruption(msgspec.Struct, frozen=True, gc=False, array_like=True):
     """SPEC R14.1: the pod's `DisruptionTarget` condition, status True, as the control
     plane or the kubelet wrote it (reason and message cut to the rule set's lengths).
     `written` is its lastTransitionTime; `at` the same capped by the observed_at of the
-    first record that showed it (R2.7c): the time relevance (R5.3) reads."""
+    first record that showed it (R2.7c): the time relevance (R5.3) reads. R16.6: also a
+    force deletion by Kueue's failure recovery (evidence/force_deletion.py)."""
 
     reason: str
     message: str
@@ -128,6 +129,9 @@ class PodFacts(msgspec.Struct, frozen=True, omit_defaults=True, gc=False, tag="P
     deleted: bool = False
     faults: tuple[AttributedFault, ...] = ()  # trusted fault Events, then device-health faults (R14.2)
     disruption: PodDisruption | None = None  # R14.1
+    # R16.6: Kueue's failure recovery force-deleted it (its KueueFailureRecovery condition or
+    # its KueueForcefullyDeleted Event; reason KueueForcefullyDeleted, no message kept).
+    force_deleted: PodDisruption | None = None
     # Issue 30 (docs/fleet.md, *GPU time*): the GPUs it requested (one bounded number, never
     # the resources) and the earliest container start its records showed.
     gpus: int = 0
@@ -159,7 +163,7 @@ class GenerationEnd(msgspec.Struct, frozen=True, gc=False):
 
 
 class JobFacts(msgspec.Struct, frozen=True, omit_defaults=True, tag="JobFacts", tag_field="fact"):
-    """The slim state of one tracked object (RayJob, PyTorchJob, MPIJob, TFJob, JobSet,
+    """The slim state of one tracked object (RayJob, PyTorchJob, MPIJob, TFJob, JAXJob, JobSet,
     batch/v1 Job) and the attempt it tracks (`attempt`: a TrainJob's for its JobSet, R13.4)."""
 
     cluster: str

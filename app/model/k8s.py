@@ -190,7 +190,7 @@ class Event(_View):
     deprecated_source: EventSource | None = None
 
 
-# --- Tracked workloads: TrainJob, JobSet, RayJob, PyTorchJob, MPIJob, TFJob, batch/v1 Job --
+# --- Tracked workloads: TrainJob, JobSet, RayJob, PyTorchJob, MPIJob, TFJob, JAXJob, batch/v1 Job --
 
 
 class ReplicatedJobStatus(_View):
@@ -241,7 +241,7 @@ class JobSpec(_View):
     """Union of the spec fields the rules read across the tracked kinds."""
 
     suspend: bool | None = None  # JobSet, TrainJob, RayJob, batch/v1 Job
-    run_policy: RunPolicy | None = None  # PyTorchJob, MPIJob, TFJob (SPEC R15)
+    run_policy: RunPolicy | None = None  # PyTorchJob, MPIJob, TFJob, JAXJob (SPEC R15)
     template: PodTemplateSpec | None = None  # batch/v1 Job: the pod template (R13.2: a GPU?)
     cluster_selector: dict[str, str] = {}  # RayJob: runs on an existing RayCluster (R13.4)
 

@@ -33,8 +33,7 @@ from app.core.engine.topology import OUTPUT_TOPICS, STAGES, Stage
 from app.model.facts import INTERNAL_TOPICS
 from app.settings import Settings
 from app.stream.delivery import Batch, Delivery, cause_of, origin_of, relayed, upstream_origin
-from app.stream.faust_fixes import event_in_hand
-from app.stream.codecs import Sent
+from app.stream.faust_fixes import hand_fetches_to_stages, in_partition
 from app.stream.tables import PartitionStates, StateTable, TableStore
 from app.stream.unsent import Unsent
 
@@ -52,7 +51,7 @@ class Stages:
         self.counts = self.delivery.counts
         self._logged: Counter[str] = Counter()
         self.tables: dict[str, StateTable[Any]] = {}
-        self.unsent: dict[str, Unsent] = {}  # stage name -> what its table's outboxes hold unsent (unsent.py)
+        self.unsent: dict[str, Unsent | None] = {}  # stage name -> what its table's outboxes hold unsent (unsent.py)
         self.runners = {stage.name: Runner(stage, rules, self.counts) for stage in STAGES}
         # Stage name -> input partition -> its scope, for this ownership (`_scopes`).
         self.scopes: dict[str, dict[int, Scope]] = {stage.name: {} for stage in STAGES}
@@ -60,7 +59,9 @@ class Stages:
         for stage in STAGES:
             table = self._table(stage) if stage.state is not None else None
             d = self.delivery
-            d.register(d.source(*stage.topics), f"{stage.name}_stage", self._handler(stage, table), table)
+            unsent = self.unsent[stage.name] = Unsent(self.app, table, d.committed, self.counts) if table is not None else None
+            d.register(d.source(*stage.topics), f"{stage.name}_stage", self._handler(stage, table), table, unsent=unsent)
+        hand_fetches_to_stages(self.app, self.delivery.inboxes)
         self.app.timer(self.settings.sweep_interval, name="faultline-expiry")(self.sweep)
 
         async def stats(view: Any, request: Any) -> Any:  # Faust binds a page function to its View
@@ -145,24 +146,16 @@ class Stages:
         }
 
     def _handler(self, stage: Stage, table: StateTable[Any] | None) -> Any:
-        if table is None:
+        def handle(tp: Any, record: Any, batch: Batch) -> None:
+            self.handle(stage, table, record, batch)
 
-            async def handle(message: faust.types.Message, batch: Batch) -> None:
-                self.handle(stage, table, message, batch)
+        return handle
 
-            return handle
-        unsent = self.unsent[stage.name] = Unsent(self.app, table, self.delivery.committed, self.counts)
-
-        async def handle_with_state(message: faust.types.Message, batch: Batch) -> None:
-            self.handle(stage, table, message, batch, await unsent.take(message))
-
-        return handle_with_state
-
-    def handle(self, stage: Stage, table: StateTable[Any] | None, message: faust.types.Message, batch: Batch, unsent: list[Sent] | None = None) -> None:
-        """One record through the stage's runner; its states held with the records their
-        folds caused, the records held in the batch (delivery.py sends them after).
-        `unsent`: what the record caused before this ownership that may not have left
-        (unsent.py); it is sent again first."""
+    def handle(self, stage: Stage, table: StateTable[Any] | None, message: Any, batch: Batch) -> None:
+        """One record (aiokafka's, as fetched) through the stage's runner; its states
+        held with the records their folds caused, the records held in the batch
+        (delivery.py sends them after). A repeat sends nothing: what it caused was sent
+        before this ownership began (unsent.py), or in it."""
         delivery = self.delivery
         topic = delivery.logical[message.topic]
         self.counts["records"] += 1
@@ -177,53 +170,45 @@ class Stages:
         source = Source(topic, message.topic, key, message.partition, message.offset, self.settings.partitions)
         scope = self._scope(stage.name, message.partition)
         marks = scope.marks
+        event = in_partition(message.partition)  # the table partition, for its reads and writes
         outcome = self.runners[stage.name].receive(scope, store, source, message.value or b"")
         if table is not None and scope.marks is not marks:  # kept with the states it reflects
-            table.hold_progress(event_in_hand(), scope.snapshot())
-        cause = cause_of(message)
-        if unsent is not None:
-            batch.outputs.extend(unsent)
-        elif outcome.redelivered:  # a repeat after a crash: its state is durable, its records may not be
-            assert store is not None
-            for repeated in outcome.redelivered:
-                batch.outputs.extend(store.caused(repeated, cause))
-        records, starts = delivery.kafka_records(outcome.out, sent, cause)
+            table.hold_progress(event, scope.snapshot())
+        records, starts = delivery.kafka_records(outcome.out, sent, cause_of(message), batch)
         if outcome.writes:
             assert table is not None and store is not None
-            event = event_in_hand()  # names the table partition
-            kept = self.unsent.get(stage.name)
             for write in outcome.writes:
-                caused = records[starts[write.first] : starts[write.end]]
-                if kept is not None:  # what it held unsent leaves before what it causes now
-                    early, carried = kept.folded(write.key)
-                    batch.outputs.extend(early)
-                    caused = carried + caused if carried else caused
-                table.hold(write.key, event, store.positions(write.key), write.state, write.raw, caused)
+                table.hold(write.key, event, store.positions(write.key), write.state, write.raw, records[starts[write.first] : starts[write.end]])
         batch.outputs.extend(records)
 
     # --- expiry (SPEC R7.4) --------------------------------------------------------------------
 
     async def sweep(self) -> None:
         """Drop expired state, judged by each input partition's stream time for the
-        entry's cluster (R12.5); the timer only decides how often to look."""
+        entry's cluster (R12.5); the timer only decides how often to look. Each stage is
+        swept between two of its fetches, its batch written first: no state it judges is
+        held to be written, and none holds records unsent since its ownership began (they
+        left before anything was folded: unsent.py), so what has expired is dropped at
+        once and neither waits nor expires any more, as the embedded driver drops it."""
         for name, table in self.tables.items():
-            scopes = self.scopes[name]
-            if not scopes:
+            batch = self.delivery.batches.get(f"{name}_stage")
+            if batch is None:
                 continue
-            runner, kept = self.runners[name], self.unsent.get(name)
-            expired: list[tuple[bytes, int]] = []
-            for partition, scope in list(scopes.items()):
-                for key in runner.expired(scope, PartitionStates(table, partition)):
-                    raw_key = key.encode()
-                    if kept is not None and kept.holds(raw_key):  # its unsent records first (unsent.py)
-                        runner.unwait(scope, key)
-                        continue
-                    if raw_key in table.pending:  # held to be written: found again next sweep
-                        runner.unwait(scope, key)
-                    else:
+            async with batch.lock:
+                if batch.count:
+                    try:
+                        await self.delivery.flush(batch)
+                    except Exception as exc:  # the worker must stop with the batch unacked
+                        self.delivery.stop.arm(f"a batch could not be written: {type(exc).__name__}: {exc}")
+                        await self.app.crash(exc)
+                        return
+                runner = self.runners[name]
+                expired: list[tuple[bytes, int]] = []
+                for partition, scope in list(self._scopes(name).items()):
+                    for key in runner.expired(scope, PartitionStates(table, partition)):
                         runner.forget(scope, key)
-                    expired.append((raw_key, partition))
-            self.counts[f"expired_{table.name}"] += table.delete(expired)
+                        expired.append((key.encode(), partition))
+                self.counts[f"expired_{table.name}"] += table.delete(expired)
         if self.counts != self._logged:
             log.info("faultline: %s", " ".join(f"{k}={v}" for k, v in sorted(self.counts.items())))
             self._logged = Counter(self.counts)

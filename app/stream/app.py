@@ -12,6 +12,7 @@ from app.kafka.config import faust_kwargs
 from app.settings import Settings
 from app.stream.agents import Stages
 from app.stream.faust_fixes import (
+    back_off_reconnects,
     bounded_rocksdb_memory,
     deliver_records_without_tasks_when_nothing_can_wait,
     hold_read_offsets_on_rewind,
@@ -36,6 +37,7 @@ def build_app(settings: Settings, rules: Rules = DEFAULT_RULES) -> tuple[faust.A
     seek_uncommitted_partitions_to_beginning()
     take_assignment_made_for_an_earlier_url()
     deliver_records_without_tasks_when_nothing_can_wait()
+    back_off_reconnects()
     if settings.store == "rocksdb":
         bounded_rocksdb_memory(settings.rocksdb_block_cache_bytes, settings.rocksdb_write_buffer_bytes)
     datadir = Path(settings.worker_dir)

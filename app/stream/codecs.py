@@ -66,8 +66,11 @@ class Origin(msgspec.Struct, frozen=True):
 
 class Sent(msgspec.Struct, frozen=True, array_like=True, gc=False):
     """One Kafka record a stage sends: its topic (the Kafka name), key, JSON value,
-    partition (None: by key), origin header (records to a re-key topic), and the input
-    record whose fold caused it, `topic:partition:offset`."""
+    partition (None: by key), origin header (records to a re-key topic), the input
+    record whose fold caused it, `topic:partition:offset`, and where it was sent among
+    everything its stage sent: (consumer generation, the agent's batch in it, its index
+    among the batch's records); None in entries written before it was kept
+    (app/stream/unsent.py sends what a crash left unsent again in that order)."""
 
     topic: str
     key: str
@@ -75,6 +78,7 @@ class Sent(msgspec.Struct, frozen=True, array_like=True, gc=False):
     partition: int | None
     header: str | None
     cause: str
+    order: tuple[int, int, int] | None = None
 
 
 class Entry(msgspec.Struct, Generic[S], omit_defaults=True):

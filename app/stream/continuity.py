@@ -39,6 +39,7 @@ MAX_REWINDS = 3
 REWIND_PATIENCE_SECONDS = 20.0
 IDLE_CHECK_SECONDS = REWIND_PATIENCE_SECONDS / 4  # how often an idle agent checks (`when_idle`)
 LAG_CHECKS = 4  # idle checks in a row that find the committed offset behind before it is said
+STOPPED_FLOW_SECONDS = 60.0  # a rebalance (and its table recovery) longer than this is said
 
 
 class CommittedOffsets(Service):
@@ -89,27 +90,38 @@ class Continuity:
         # partition -> ((committed, seen up to), idle checks in a row that found it so)
         self.commit_lag: dict[Any, tuple[tuple[int, int], int]] = {}
         self.generation: int | None = None
+        self.stopped_since: float | None = None  # monotonic time an idle check first found the flow stopped
+        self.said_stopped = False
 
-    async def check(self, message: faust.types.Message) -> bool:
+    def follows(self, tp: Any, offset: int) -> bool:
+        """True when `offset` is the next offset of `tp` this agent expects and no rewind
+        waits (noted: fold it); else `check` says. The common case, without an await."""
+        if self.next.get(tp) != offset or tp in self.rewinding or self.app.consumer_generation_id != self.generation:
+            return False
+        self.next[tp] = offset + 1
+        if self.rewinds:
+            self.rewinds.pop(tp, None)
+        return True
+
+    async def check(self, tp: Any, offset: int) -> bool:
         """True: fold it. False: skip it — past a hole, it comes again after the rewind."""
         self._start_over_after_a_rebalance()
-        tp = message.tp
         waiting = self.rewinding.get(tp)
         if waiting is not None:
             last = self.skipped.get(tp)
-            if message.offset > waiting and (last is None or message.offset > last):
-                self.skipped[tp] = message.offset
+            if offset > waiting and (last is None or offset > last):
+                self.skipped[tp] = offset
                 if self._overdue(tp):  # the records asked for never came: ask again
-                    await self._rewind(tp, waiting, message.offset, "were asked for again but never came")
+                    await self._rewind(tp, waiting, offset, "were asked for again but never came")
                 return False  # fetched before the rewind took effect
             del self.rewinding[tp]  # the rewind took effect: from `waiting`, or past it again
             self.skipped.pop(tp, None)
         expected = await self._expected(tp)
-        if message.offset > expected:
-            await self._rewind(tp, expected, message.offset, "were dropped before processing (a Faust fetch race)")
+        if offset > expected:
+            await self._rewind(tp, expected, offset, "were dropped before processing (a Faust fetch race)")
             return False
         self.rewinds.pop(tp, None)
-        self.next[tp] = max(expected, message.offset + 1)
+        self.next[tp] = max(expected, offset + 1)
         return True
 
     async def when_idle(self, topics: set[str], acked: bool = False) -> None:
@@ -124,8 +136,16 @@ class Continuity:
           stayed uncommitted with no hole logged; the check fired in a loaded test run;
         - a committed offset behind acknowledged records for a while is logged (a diagnosis)."""
         flow = getattr(self.app, "flow_control", None)
-        if flow is not None and not flow.is_active():
-            return  # a rebalance under way
+        if flow is not None and not flow.is_active():  # a rebalance under way
+            now = time.monotonic()
+            if self.stopped_since is None:
+                self.stopped_since = now
+            elif now - self.stopped_since >= STOPPED_FLOW_SECONDS and not self.said_stopped:
+                self.said_stopped = True  # a diagnosis: nothing is folded while it lasts
+                log.warning("%s: the consumer's flow has been stopped for %d s (a rebalance or a table recovery that has not ended): nothing is folded meanwhile",
+                            self.agent, int(now - self.stopped_since))  # fmt: skip
+            return
+        self.stopped_since, self.said_stopped = None, False
         self._start_over_after_a_rebalance()
         for tp, waiting in list(self.rewinding.items()):
             if self._overdue(tp):

@@ -59,9 +59,10 @@ from app.stream import in_flight
 from app.stream.codecs import ORIGIN_HEADER, Origin, Position, Sent, encode
 from app.stream.continuity import IDLE_CHECK_SECONDS, CommittedOffsets, Continuity
 from app.stream.fault_injection import FaultInjection
-from app.stream.faust_fixes import forget_unacked
+from app.stream.faust_fixes import Fetched, InFlight, ack_offsets, forget_unacked, track
 from app.stream.stopping import StopDeadline
 from app.stream.tables import StateTable
+from app.stream.unsent import Unsent
 
 log = logging.getLogger("faultline.stream")
 
@@ -71,62 +72,93 @@ RAW: dict[str, Any] = {"key_type": bytes, "value_type": bytes, "key_serializer":
 # come (its queued records were dropped by a rebalance): Faust's rebalance waits for
 # every fetched record to be acked.
 IDLE_FLUSH_SECONDS = 0.05
+# Fetches an agent's queue holds before the fetch loop waits for it (as Faust's stream
+# buffer makes it wait): a fetch is up to `fetch_partition_bytes` per partition.
+INBOX_FETCHES = 4
 
 
 class Batch:
     """One agent's records since its last flush: the states waiting to be written
-    (`StateTable.pending`), the records to send once they are, the events waiting on
-    both. Its lock keeps the idle flusher out of a record being folded."""
+    (`StateTable.pending`), the records to send once they are, the offsets to ack after
+    both. Its lock keeps the idle flusher and the sweep out of a fetch being folded."""
 
     def __init__(
         self,
-        stream: faust.StreamT,
+        app: faust.App,
+        inbox: asyncio.Queue[Fetched],
         table: StateTable[Any] | None,
         producer: Any,
         before_flush: Callable[[Batch], Awaitable[None]] | None = None,
         linger: float = 0.0,
         injection: FaultInjection | None = None,
     ) -> None:
-        self.stream, self.table, self.producer, self.injection = stream, table, producer, injection
+        self.app, self.inbox, self.table, self.producer, self.injection = app, inbox, table, producer, injection
         self.before_flush, self.linger = before_flush, linger
-        self.started = 0.0  # monotonic time of the batch's first event
+        self.started = 0.0  # monotonic time of the batch's first record
         self.outputs: list[Sent] = []
-        self.events: list[faust.types.EventT] = []
+        self.offsets: dict[Any, list[int]] = {}  # input partition -> offsets folded, to ack
+        self.count = 0  # records in the batch
+        self.seq = 0  # batches flushed in this process: with the generation, `Sent.order`
+        self.token: InFlight | None = None  # the batch as Faust's consumer counts it in flight
+        self.sources: list[Any] = []  # the records of a batch, for the fault-injection seam only
         self.lock = asyncio.Lock()
+
+    @property
+    def events(self) -> int:
+        """Records in the batch (0: nothing to flush)."""
+        return self.count
 
     async def flush(self) -> None:
         """Steps 4-6: durable states, then acknowledged records, then offsets."""
-        if self.before_flush is not None and self.events:
+        if self.before_flush is not None and self.count:
             await self.before_flush(self)  # a stage that folds a whole batch at once
         if self.table is not None:
             await self.table.flush()
         if self.injection is not None and self.injection.on:
             self.injection.states_durable(self.outputs)
         if self.outputs:
-            send = self.producer.send
-            # Straight to the producer: Faust's Topic.send wraps each record in futures
-            # and callbacks this delivery does not use.
-            sends = [await send(r.topic, r.key.encode(), bytes(r.value), r.partition, None, _headers(r)) for r in self.outputs]
-            self.outputs.clear()
-            await asyncio.gather(*sends)
+            await send_all(self.producer, self.outputs)
+            self.outputs = []
         if self.injection is not None and self.injection.on:
-            self.injection.outputs_acknowledged(self.events)
-        for event in self.events:
-            await self.stream.ack(event)
-        self.events.clear()
+            self.injection.outputs_acknowledged(self.sources)
+            self.sources = []
+        ack_offsets(self.app, self.offsets, self.token)
+        self.offsets, self.count, self.token = {}, 0, None
+        self.seq += 1
 
-    def add(self, event: faust.types.EventT) -> None:
-        if not self.events:
+    def add(self, tp: Any, offset: int) -> None:
+        if not self.count:
             self.started = time.monotonic()
-        self.events.append(event)
+            self.token = InFlight()
+            track(self.app, self.token)
+        self.count += 1
+        offsets = self.offsets.get(tp)
+        if offsets is None:
+            self.offsets[tp] = [offset]
+        else:
+            offsets.append(offset)
+
+    def forget(self) -> None:
+        """Stopping with the batch unwritten: its records are delivered again after a restart."""
+        if self.token is not None:
+            forget_unacked(self.app, [self.token])
+        self.offsets, self.count, self.token = {}, 0, None
 
     def lingered(self) -> bool:
         """Old enough to flush (a stage with a costly flush waits `linger` seconds)."""
         return time.monotonic() - self.started >= self.linger
 
     def nothing_queued(self) -> bool:
-        queue = getattr(self.stream.channel, "queue", None)
-        return queue is None or queue.empty()
+        return self.inbox.empty()
+
+
+async def send_all(producer: Any, records: list[Sent]) -> None:
+    """Send `records` in order and wait until Kafka has acknowledged every one. Straight
+    to the producer: Faust's Topic.send wraps each record in futures and callbacks this
+    delivery does not use."""
+    send = producer.send
+    sends = [await send(r.topic, r.key.encode(), bytes(r.value), r.partition, None, _headers(r)) for r in records]
+    await asyncio.gather(*sends)
 
 
 def _headers(record: Sent) -> list[tuple[str, bytes]] | None:
@@ -149,6 +181,9 @@ class Delivery:
         self._every_partition = range(settings.partitions)
         self.stop = StopDeadline(settings.stop_timeout)
         self._injection = FaultInjection()  # a test seam, off unless its variable is set
+        # Kafka topic name -> the queue its agent takes fetches from (faust_fixes patch 13).
+        self.inboxes: dict[str, asyncio.Queue[Fetched]] = {}
+        self.batches: dict[str, Batch] = {}  # agent name -> its batch
 
     def output(self, logical: str, *, partitions: int | None = None, rekey: bool = False) -> None:
         """A topic the agents write. Records sent to a re-key topic carry their origin."""
@@ -174,71 +209,112 @@ class Delivery:
         self,
         topic: faust.TopicT,
         name: str,
-        handle: Callable[[faust.types.Message, Batch], Any],
+        handle: Callable[[Any, Any, Batch], None],
         table: StateTable[Any] | None = None,
         before_flush: Callable[[Batch], Awaitable[None]] | None = None,
         linger: float = 0.0,
+        unsent: Unsent | None = None,
     ) -> None:
-        """An agent running `handle` on every record of `topic`, in batches (and
-        `before_flush` at the end of each, for a stage that folds a batch at once; such a
-        stage may `linger`: keep its batch open that many seconds for more records).
+        """An agent running `handle(tp, record, batch)` on every record of `topic`, a fetch
+        at a time, in batches (and `before_flush` at the end of each, for a stage that
+        folds a batch at once; such a stage may `linger`: keep its batch open that many
+        seconds for more records); `unsent`: what its table's outboxes hold unsent, sent
+        again at each new ownership before anything is folded (unsent.py).
 
-        It runs under `CrashingSupervisor`: an agent that raises (a send Kafka could not
-        complete, a store error) must stop the worker, not be restarted in place. Faust's
-        default supervisor would restart it on the *next* record, and the failed batch,
-        never acked, would be skipped later as "applied" once a successor's position is
-        stored. Crashing makes the restart redeliver from the last committed offset."""
-        body = self._body(name, set(topic.topics), handle, table, before_flush, linger)
+        Faust subscribes the agent's topics, assigns their partitions and runs the agent;
+        the records come from the fetch loop a fetch at a time (`faust_fixes.hand_fetches_to_stages`),
+        not through Faust's stream. It runs under `CrashingSupervisor`: an agent that
+        raises (a send Kafka could not complete, a store error) must stop the worker, not
+        be restarted in place. Faust's default supervisor would restart it at once, and
+        the failed batch, never acked, would be skipped later as "applied" once a
+        successor's position is stored. Crashing makes the restart redeliver from the last
+        committed offset."""
+        inbox: asyncio.Queue[Fetched] = asyncio.Queue(maxsize=INBOX_FETCHES)
+        for kafka_topic in topic.topics:
+            self.inboxes[kafka_topic] = inbox
+        body = self._body(name, inbox, set(topic.topics), handle, table, before_flush, linger, unsent)
         self.app.agent(topic, name=name, supervisor_strategy=CrashingSupervisor)(body)
 
     def _body(
         self,
         name: str,
+        inbox: asyncio.Queue[Fetched],
         topics: set[str],
-        handle: Callable[[faust.types.Message, Batch], Any],
+        handle: Callable[[Any, Any, Batch], None],
         table: StateTable[Any] | None,
         before_flush: Callable[[Batch], Awaitable[None]] | None,
         linger: float,
+        unsent: Unsent | None,
     ) -> Callable[[faust.StreamT], Any]:
         continuity = Continuity(self.app, name, self.committed)
         noted = in_flight.InFlight(Path(self.settings.worker_dir) / "in-flight", name)
         injection = self._injection
         limit = self.settings.batch_max
+        app, logical_of, counts, records = self.app, self.logical, self.counts, self.records
+
+        def current(generation: int) -> bool:
+            """Records fetched in `generation` may be folded: no rebalance since (Faust
+            seeks back to the committed offsets after one and fetches them again)."""
+            return generation == app.consumer_generation_id and app.flow_control.is_active()
+
+        async def fold(fetched: Fetched, batch: Batch) -> None:
+            generation = fetched.generation
+            if not current(generation):
+                return
+            if unsent is not None and unsent.new_ownership(generation):
+                if batch.count:
+                    await self.flush(batch)
+                kept = await unsent.collect(generation)
+                if kept:  # before anything of the ownership is folded (unsent.py)
+                    await send_all(app.producer, kept)
+                if not current(generation):
+                    return
+            for tp, record in fetched.records:
+                offset = record.offset
+                if not continuity.follows(tp, offset):
+                    if not await continuity.check(tp, offset):
+                        continue  # past a hole: comes again, the rewind fetches it
+                    if not current(generation):
+                        return
+                logical = logical_of.get(record.topic, record.topic)
+                records[logical] += 1
+                if noted.poisoned(record):  # it stopped the worker twice (SPEC R11.3)
+                    counts["crash_loop_dead_letters"] += 1
+                    batch.outputs.append(self.dead_letter(record, in_flight.REASON))
+                else:
+                    noted.begin(record)
+                    if injection.on:
+                        injection.check(logical, record)
+                        batch.sources.append(record)
+                    handle(tp, record, batch)
+                    noted.end(record)
+                batch.add(tp, offset)
+                if batch.count >= limit:
+                    await self.flush(batch)
+                    if not current(generation):
+                        return
+            if batch.count and batch.nothing_queued() and batch.lingered():
+                await self.flush(batch)
 
         async def agent(stream: faust.StreamT) -> None:
-            batch = Batch(stream.noack(), table, self.app.producer, before_flush, linger, injection)  # events are acked by Batch.flush only
+            batch = Batch(app, inbox, table, app.producer, before_flush, linger, injection)
+            self.batches[name] = batch
             idle = asyncio.ensure_future(self._flush_when_idle(batch))
             watch = asyncio.ensure_future(self._check_continuity_when_idle(continuity, batch, topics))
             noted.report()
             try:
-                async for event in batch.stream.events():
+                while True:
+                    fetched = await inbox.get()
                     async with batch.lock:
-                        message = event.message
-                        if not await continuity.check(message):
-                            forget_unacked(self.app, [event])  # comes again: the rewind fetches it
-                            continue
-                        logical = self.logical.get(message.topic, message.topic)
-                        self.records[logical] += 1
-                        if noted.poisoned(message):  # it stopped the worker twice (SPEC R11.3)
-                            self.counts["crash_loop_dead_letters"] += 1
-                            batch.outputs.append(self.dead_letter(message, in_flight.REASON))
-                        else:
-                            noted.begin(message)
-                            if injection.on:
-                                injection.check(logical, message)
-                            await handle(message, batch)
-                            noted.end(message)
-                        batch.add(event)
-                        if len(batch.events) >= limit or (batch.nothing_queued() and batch.lingered()):
-                            await self.flush(batch)
+                        await fold(fetched, batch)
             except Exception as exc:  # the worker stops (CrashingSupervisor): within stop_timeout
                 self.stop.arm(f"agent {name} stopped: {type(exc).__name__}: {exc}")
                 raise
             finally:
                 idle.cancel()
                 watch.cancel()
-                if batch.events:  # stopping with a batch unwritten: it must be delivered again
-                    forget_unacked(self.app, batch.events)
+                if batch.count:  # stopping with a batch unwritten: it must be delivered again
+                    batch.forget()
 
         agent.__name__ = agent.__qualname__ = name  # Faust labels agents by function name
         return agent
@@ -273,14 +349,17 @@ class Delivery:
                     await self.app.crash(exc)
                     return
 
-    def kafka_records(self, outs: list[Out], origin: Origin, cause: str) -> tuple[list[Sent], list[int]]:
+    def kafka_records(self, outs: list[Out], origin: Origin, cause: str, batch: Batch | None = None) -> tuple[list[Sent], list[int]]:
         """The Kafka records of a fold's outputs, in order: progress to every partition of
         its topic (SPEC R12.3), a re-keyed record tagged with the origin and its index
-        among the records `origin` caused; `cause` names the input record. With, for each
-        output, the index of its first record (and the count at the end)."""
+        among the records `origin` caused; `cause` names the input record; each marked
+        with where it will be sent, the next records of `batch` (`Sent.order`). With, for
+        each output, the index of its first record (and the count at the end)."""
         records: list[Sent] = []
         starts: list[int] = []
         index = 0
+        if batch is not None:
+            generation, seq, base = self.app.consumer_generation_id, batch.seq, len(batch.outputs)
         for out in outs:
             starts.append(len(records))
             emit = out.emit
@@ -292,7 +371,8 @@ class Delivery:
                 if rekey:
                     header = Origin(origin.topic, origin.partition, Position(origin.position.offset, index)).header().decode()
                     index += 1
-                records.append(Sent(topic, emit.key, value, partition, header, cause))
+                order = (generation, seq, base + len(records)) if batch is not None else None
+                records.append(Sent(topic, emit.key, value, partition, header, cause, order))
         starts.append(len(records))
         self.counts["outputs"] += len(outs)
         return records, starts

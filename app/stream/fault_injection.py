@@ -27,8 +27,7 @@ from __future__ import annotations
 
 import os
 import signal
-
-import faust
+from typing import Any
 
 from app.model.envelope import SOURCE_TOPICS
 from app.stream.codecs import Sent
@@ -53,18 +52,19 @@ class FaultInjection:
     def on(self) -> bool:
         return bool(self.marker)
 
-    def check(self, logical_topic: str, message: faust.types.Message) -> None:
+    def check(self, logical_topic: str, message: Any) -> None:
         if self.mode not in ("kill", "raise") or logical_topic not in SOURCE_TOPICS or self.marker not in (message.value or b""):
             return
         if self.mode == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         raise InjectedFault(f"fault injected on {message.topic}[{message.partition}]@{message.offset}")
 
-    def outputs_acknowledged(self, events: list[faust.types.EventT]) -> None:
-        """`kill-after-outputs`: called once a batch's outputs are acknowledged."""
+    def outputs_acknowledged(self, records: list[Any]) -> None:
+        """`kill-after-outputs`: called once a batch's outputs are acknowledged, with the
+        batch's input records."""
         if self.mode != "kill-after-outputs":
             return
-        if any(e.message.topic.endswith(SOURCE_TOPICS) and self.marker in (e.message.value or b"") for e in events):
+        if any(r.topic.endswith(SOURCE_TOPICS) and self.marker in (r.value or b"") for r in records):
             os.kill(os.getpid(), signal.SIGKILL)
 
     def states_durable(self, outputs: list[Sent]) -> None:

@@ -12,6 +12,7 @@ Faust's, mode's and aiokafka's internal modules in this module.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import inspect
 import logging
@@ -22,9 +23,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Literal, NamedTuple
 
-from faust.streams import _current_event, current_event
+from faust.streams import _current_event
 from faust.transport.drivers import aiokafka as faust_aiokafka
-from faust.types import EventT
+from aiokafka.client import ConnectionGroup
+from faust.types.tuples import ack_lock
 from mode.services import WaitResults
 
 _PATCHED = "_faultline_seeks_uncommitted"
@@ -63,7 +65,7 @@ def seek_uncommitted_partitions_to_beginning() -> None:
 
 
 @contextmanager
-def as_current_event(event: EventT) -> Iterator[None]:
+def as_current_event(event: Any) -> Iterator[None]:
     """2. Make `event` Faust's current event, as it is while an agent processes it.
 
     A table write goes to the partition of the current event (its changelog partition
@@ -77,28 +79,46 @@ def as_current_event(event: EventT) -> Iterator[None]:
         _current_event.reset(token)
 
 
-def event_in_hand() -> EventT:
-    """12. The event the agent is folding (Faust's current event): a table partition's
-    writes are held with it (app/stream/tables.py), and `as_current_event` makes it
-    current again when they are written."""
-    event = current_event()
+class PartitionEvent:
+    """What Faust's stores read of the current event: the partition of its message (a
+    RocksDB table keeps a database per partition and picks it from there). A stage that
+    takes its records a fetch at a time (patch 13) has no Faust event per record."""
+
+    __slots__ = ("partition", "message", "ref", "__weakref__")
+
+    def __init__(self, partition: int) -> None:
+        self.partition, self.message = partition, self
+        self.ref = weakref.ref(self)
+
+
+_PARTITION_EVENTS: dict[int, PartitionEvent] = {}
+
+
+def in_partition(partition: int) -> PartitionEvent:
+    """12. Make a table partition current, as Faust's stream makes a record's event current
+    while an agent processes it: the tables read the partition's own database (without a
+    current event, Faust's RocksDB store looks a key up in every partition's), and a
+    state held for writing names its partition by the event it returns (app/stream/tables.py;
+    `as_current_event` makes it current again when the state is written)."""
+    event = _PARTITION_EVENTS.get(partition)
     if event is None:
-        raise RuntimeError("no event in hand: a table write must be held by the agent folding its record")
+        event = _PARTITION_EVENTS[partition] = PartitionEvent(partition)
+    _current_event.set(event.ref)
     return event
 
 
-def forget_unacked(app: Any, events: Iterable[EventT]) -> None:
-    """3. Let a stopping worker stop although `events` will never be acked.
+def forget_unacked(app: Any, batches: Iterable[InFlight]) -> None:
+    """3. Let a stopping worker stop although `batches` will never be acked.
 
-    A stage acks its events only after their batch's outputs and state are written
+    A stage acks its records only after their batch's outputs and state are written
     (delivery.py). When an agent stops with a batch unwritten (it crashed, or the worker
     is shutting down), Faust's shutdown would wait for those acks for ever ("Wait for
     streams..."). Acking them would let Faust commit their offsets and lose them; taking
     them off its list of messages in flight lets it commit what was acked and stop, and
     a restart delivers them again."""
     in_flight = app.consumer._unacked_messages
-    for event in events:
-        in_flight.discard(event.message)
+    for batch in batches:
+        in_flight.discard(batch)
 
 
 FAUST_FETCH_WAIT_MS = 1500  # what Faust gives aiokafka's fetch_max_wait_ms
@@ -221,6 +241,14 @@ class HeldReadOffsets(defaultdict):  # type: ignore[type-arg]
             del self.held[tp]
             self.consumer._gap.pop(tp, None)
         super().__setitem__(tp, offset)
+
+    def handed(self, tp: Any, first: int, last: int) -> None:
+        """Records `first`..`last` of `tp` handed to a stage in one fetch (patch 13): the
+        read offset moves to `last` unless it is held at an offset they do not reach."""
+        held = self.held.get(tp)
+        if held is not None and first <= held <= last:
+            self[tp] = held
+        self[tp] = last
 
     def __delitem__(self, tp: Any) -> None:
         self.held.pop(tp, None)
@@ -376,6 +404,229 @@ def without_per_event_monitor(app: Any) -> None:
     app.on_init_dependencies = on_init_dependencies
 
 
+_PATCHED_FETCHES = "_faultline_hands_fetches_to_stages"
+_INBOXES = "_faultline_inboxes"
+
+
+class Fetched(NamedTuple):
+    """One fetch's records of one stage's input partitions, in the order Faust would have
+    handed them over one by one (its scheduler: round robin over topics and partitions),
+    and the consumer generation they were fetched in."""
+
+    generation: int
+    records: list[tuple[Any, Any]]  # (TP, aiokafka ConsumerRecord)
+
+
+def hand_fetches_to_stages(app: Any, inboxes: Mapping[str, asyncio.Queue[Fetched]]) -> None:
+    """13. Give each stage its records a fetch at a time, not one Faust event at a time.
+
+    Faust hands every fetched record to its agents one by one: the fetch loop wraps it in
+    a message, the conductor in an event for each subscribed stream, the stream's queue
+    and iterator hand it over (a turn of the event loop each), and the stream acks it
+    (docs/streaming.md, *What Faust still does*). The stages fold records in batches and
+    ack them in bulk after the batch's states and records are written (delivery.py), so
+    for the topics named in `inboxes` (topic name -> the stage's queue) the records of
+    each fetch are taken out of the fetch loop as they come from aiokafka, filtered as
+    Faust's `getmany` filters them (the partitions active now, flow not stopped), and put
+    in the stage's queue as one `Fetched`; every other topic (the tables' changelogs)
+    goes Faust's way. A full queue waits as Faust's delivery does: until the stage takes
+    the fetch or a rebalance stops the flow (the fetch is then dropped, and fetched again
+    from the committed offsets after it, as Faust's own buffers are cleared). The read
+    offsets (the consumer lag) move as Faust's loop moves them. Applied once per process;
+    `inboxes` per app."""
+    from faust.transport.consumer import Consumer
+
+    setattr(app.consumer, _INBOXES, inboxes)
+    if getattr(Consumer, _PATCHED_FETCHES, False):
+        return
+    original = Consumer._wait_next_records
+
+    async def _wait_next_records(self: Any, timeout: float) -> Any:
+        records, active = await original(self, timeout)
+        mine: Mapping[str, asyncio.Queue[Fetched]] | None = getattr(self, _INBOXES, None)
+        if not records or not mine or not self.flow_active or self.should_stop:
+            return records, active
+        taken: dict[int, tuple[asyncio.Queue[Fetched], dict[Any, list[Any]]]] = {}
+        for tp in [tp for tp in records if tp.topic in mine]:
+            fetched = records.pop(tp)
+            if active is not None and tp not in active and tp not in self._buffered_partitions:
+                continue  # not active now: Faust's getmany drops them too
+            inbox = mine[tp.topic]
+            taken.setdefault(id(inbox), (inbox, {}))[1][tp] = fetched
+        generation = self.app.consumer_generation_id
+        for inbox, by_tp in taken.values():
+            handed = Fetched(generation, list(self.scheduler.iterate(by_tp)))
+            if not inbox.full():
+                inbox.put_nowait(handed)
+            elif not await _put_unless_stopped(inbox, handed, self.suspend_flow):
+                continue  # a rebalance stopped the flow: fetched again after it
+            offsets = self._read_offset
+            for tp, fetched in by_tp.items():
+                if isinstance(offsets, HeldReadOffsets):
+                    offsets.handed(tp, fetched[0].offset, fetched[-1].offset)
+                else:
+                    offsets[tp] = fetched[-1].offset
+        return records, active
+
+    Consumer._wait_next_records = _wait_next_records
+    setattr(Consumer, _PATCHED_FETCHES, True)
+
+
+async def _put_unless_stopped(inbox: asyncio.Queue[Fetched], fetched: Fetched, suspend_flow: asyncio.Event) -> bool:
+    """Put `fetched` in a full `inbox` once the stage has taken one; False (not put) if a
+    rebalance stops the flow first."""
+    put, stop = asyncio.ensure_future(inbox.put(fetched)), asyncio.ensure_future(suspend_flow.wait())
+    try:
+        await asyncio.wait((put, stop), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+        if not put.done():
+            put.cancel()
+    return put.done() and not put.cancelled()
+
+
+class InFlight:
+    """13. A stage's batch of records as Faust's consumer counts it in flight (what
+    `Consumer.wait_empty` waits for before a rebalance or a stop commits): one token per
+    batch instead of a message per record."""
+
+    __slots__ = ("acked", "refcount", "__weakref__")
+
+    def __init__(self) -> None:
+        self.acked, self.refcount = False, 1
+
+
+def track(app: Any, token: InFlight) -> None:
+    """13. A batch begun: the consumer waits for it to be acked before a rebalance commits."""
+    app.consumer._unacked_messages.add(token)
+
+
+def ack_offsets(app: Any, offsets: Mapping[Any, list[int]], token: InFlight | None = None) -> None:
+    """13. Ack a batch's records, partition -> offsets, as Faust's `Consumer.ack` acks one
+    message each (under its lock: the committed offset moves over what is acked without a
+    gap), and take the batch's token off the records in flight."""
+    consumer = app.consumer
+    added = 0
+    with ack_lock:
+        committed_of, acked_of, index_of = consumer._committed_offset, consumer._acked, consumer._acked_index
+        for tp, acked in offsets.items():
+            committed = committed_of[tp]
+            index, into = index_of[tp], acked_of[tp]
+            for offset in acked:
+                if (committed is None or offset >= committed) and offset not in index:
+                    index.add(offset)
+                    into.append(offset)
+                    added += 1
+        consumer._n_acked += added
+        if token is not None:
+            token.acked = True
+            consumer._unacked_messages.discard(token)
+        waiter = consumer._waiting_for_ack
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+_PATCHED_CONNECTS = "_faultline_backs_off_reconnects"
+RECONNECT_FIRST_SECONDS = 0.2  # after a first failed connection (aiokafka retries every 0.1 s)
+RECONNECT_MAX_SECONDS = 10.0  # the longest wait between two connections to a broker that is down
+PROBE_SECONDS = 1.0  # how often a broker that is down is probed (a TCP connection, closed at once)
+
+
+class _Reconnects:
+    """One broker address as seen from one event loop: its failed connections in a row,
+    when the next may be made, and the probe that says when it is back."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.failures = 0
+        self.next_at = 0.0
+        self.back = asyncio.Event()
+        self.probe: asyncio.Task[None] | None = None
+
+    async def wait(self) -> None:
+        """Until the next connection may be made, or the probe found the broker back."""
+        delay = self.next_at - asyncio.get_running_loop().time()
+        if delay > 0:
+            try:
+                await asyncio.wait_for(self.back.wait(), timeout=delay)
+            except asyncio.TimeoutError:
+                pass
+
+    def failed(self) -> None:
+        self.failures += 1
+        delay = min(RECONNECT_MAX_SECONDS, RECONNECT_FIRST_SECONDS * 2 ** min(self.failures - 1, 16))
+        loop = asyncio.get_running_loop()
+        self.next_at = loop.time() + delay
+        if self.probe is None or self.probe.done():
+            self.probe = loop.create_task(self._probe())
+
+    def connected(self) -> None:
+        self.failures, self.next_at = 0, 0.0
+
+    async def _probe(self) -> None:
+        while self.failures:
+            await asyncio.sleep(PROBE_SECONDS)
+            if not self.failures:
+                return
+            try:
+                _, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), timeout=PROBE_SECONDS)
+            except (OSError, asyncio.TimeoutError):
+                continue
+            writer.close()
+            self.next_at = 0.0  # back: every connection waiting is made now
+            back, self.back = self.back, asyncio.Event()
+            back.set()
+            return
+
+
+_RECONNECTS: weakref.WeakKeyDictionary[Any, dict[tuple[str, int], _Reconnects]] = weakref.WeakKeyDictionary()
+
+
+def back_off_reconnects() -> None:
+    """14. Space out the connections to a broker that is down, and make them again as soon
+    as it is back.
+
+    aiokafka retries a broker that refuses connections every `retry_backoff_ms` (100 ms)
+    in each of its loops (metadata, fetcher, group coordinator, heartbeat, producer
+    sender) and of each client (the consumer, the producer, the committed-offsets
+    reader), and each failed connection asks for a metadata update that tries every
+    broker again: ~140 connections a second per worker during an outage, each an ERROR
+    the log filter counts (app/stream/logs.py), a tenth of a core. Here a connection to
+    an address that failed waits before it is made again, 0.2 s after the first failure,
+    twice as long after each next one, at most `RECONNECT_MAX_SECONDS`; meanwhile a probe
+    (a TCP connection, closed at once) tries the address every `PROBE_SECONDS` and, once
+    it answers, lets every waiting connection through. The wait happens before
+    aiokafka's `AIOKafkaClient._get_conn` takes its connection lock, so a broker that is
+    down does not hold up connections to the others. Per event loop (Faust's consumer has
+    one of its own); applied once per process."""
+    from aiokafka.client import AIOKafkaClient
+
+    if getattr(AIOKafkaClient, _PATCHED_CONNECTS, False):
+        return
+    original = AIOKafkaClient._get_conn
+
+    async def _get_conn(self: Any, node_id: Any, *args: Any, **kwargs: Any) -> Any:
+        conn = self._conns.get((node_id, kwargs.get("group", ConnectionGroup.DEFAULT)))
+        broker = self.cluster.broker_metadata(node_id) if conn is None or not conn.connected() else None
+        if broker is None:
+            return await original(self, node_id, *args, **kwargs)
+        by_address = _RECONNECTS.setdefault(asyncio.get_running_loop(), {})
+        address = (broker.host, broker.port)
+        reconnects = by_address.get(address)
+        if reconnects is None:
+            reconnects = by_address[address] = _Reconnects(*address)
+        await reconnects.wait()
+        conn = await original(self, node_id, *args, **kwargs)
+        if conn is None:  # aiokafka logged the failure and asked for a metadata update
+            reconnects.failed()
+        else:
+            reconnects.connected()
+        return conn
+
+    AIOKafkaClient._get_conn = _get_conn
+    setattr(AIOKafkaClient, _PATCHED_CONNECTS, True)
+
+
 # --- The fence: what the patches rely on ---------------------------------------------------------
 
 
@@ -406,7 +657,8 @@ TARGETS: tuple[Target, ...] = (
     Target("seek_uncommitted_partitions_to_beginning", "aiokafka", "AIOKafkaConsumer.seek_to_beginning", "coroutine", ("self", "partitions")),
     Target("as_current_event", "faust.streams", "_current_event", "attribute"),
     Target("as_current_event", "faust.streams", "", "code", ("_current_event.set(",)),
-    Target("event_in_hand", "faust.streams", "current_event", "function", ()),
+    Target("in_partition", "faust.streams", "_current_event", "attribute"),
+    Target("in_partition", "faust.stores.rocksdb", "", "code", ("partition = event.message.partition",)),
     Target("forget_unacked", _CONSUMER, "Consumer._unacked_messages", "assigned"),
     Target("short_fetch_wait_between_rebalances", "faust", "App.on_rebalance_start", "function", ("self",)),
     Target("short_fetch_wait_between_rebalances", "faust", "App.on_rebalance_end", "function", ("self",)),
@@ -452,6 +704,23 @@ TARGETS: tuple[Target, ...] = (
     Target("without_per_event_monitor", "faust", "App.on_init_dependencies", "function", ("self",)),
     Target("without_per_event_monitor", "faust.app.base", "", "code", ("self.sensors.add(self.monitor)",)),
     Target("read_offsets", _CONSUMER, "Consumer._read_offset", "assigned"),
+    Target("hand_fetches_to_stages", _CONSUMER, "Consumer._wait_next_records", "coroutine", ("self", "timeout")),
+    Target("hand_fetches_to_stages", _CONSUMER, "", "code", ("records, active_partitions = await self._wait_next_records(timeout)",
+                                                             "active_partitions is None or tp in active_partitions or tp in self._buffered_partitions")),
+    *(Target("hand_fetches_to_stages", _CONSUMER, f"Consumer.{name}", "assigned")
+      for name in ("flow_active", "scheduler", "_buffered_partitions", "_read_offset", "suspend_flow")),
+    Target("hand_fetches_to_stages", "faust.transport.utils", "DefaultSchedulingStrategy.iterate", "function", ("self", "records")),
+    Target("track", _CONSUMER, "Consumer._unacked_messages", "assigned"),
+    Target("track", _CONSUMER, "", "code", ("if message.acked",)),
+    *(Target("ack_offsets", _CONSUMER, f"Consumer.{name}", "assigned")
+      for name in ("_committed_offset", "_acked", "_acked_index", "_n_acked", "_unacked_messages", "_waiting_for_ack")),
+    Target("ack_offsets", "faust.types.tuples", "ack_lock", "attribute"),
+    Target("back_off_reconnects", "aiokafka.client", "AIOKafkaClient._get_conn", "coroutine", ("self", "node_id")),
+    Target("back_off_reconnects", "aiokafka.client", "AIOKafkaClient._conns", "assigned"),
+    Target("back_off_reconnects", "aiokafka.client", "AIOKafkaClient.cluster", "assigned"),
+    Target("back_off_reconnects", "aiokafka.client", "", "code", ("conn_id = (node_id, group)", "async with self._get_conn_lock:", "return None")),
+    Target("back_off_reconnects", "aiokafka.cluster", "ClusterMetadata.broker_metadata", "function", ("self", "broker_id")),
+    Target("back_off_reconnects", "aiokafka.client", "ConnectionGroup.DEFAULT", "attribute"),
 )
 
 

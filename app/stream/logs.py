@@ -7,8 +7,13 @@ What the Kafka client libraries write that is not, and what the worker writes in
   here, not written: the worker says once that Kafka is unreachable (WARNING, with the
   first error), once a minute while it lasts (WARNING, with the count and the last error),
   and when it is over (INFO, how long, how many) — as the bridge says an API server
-  outage (app/bridge/retry.py). It is over when the broker answers again (a coordinator is
-  discovered) or nothing failed for `quiet` seconds.
+  outage (app/bridge/retry.py). It is said to be over `quiet` seconds after the broker
+  answered again (a coordinator is discovered), or once nothing failed for `quiet`
+  seconds; what fails meanwhile is the reconnection settling. The producer's retries of a
+  batch while the broker comes back (its partitions without a leader for a moment: "Got
+  error produce response …, retrying", a WARNING per batch and attempt, ~115 after a
+  broker crash) are counted into the same line. (The attempts themselves are spaced out while it lasts:
+  `faust_fixes.back_off_reconnects`.)
 - **A group coordinator being elected** (`GroupCoordinatorNotAvailableError` at the first
   start of a group on a new broker, while Kafka creates `__consumer_offsets`): one INFO
   line, and a WARNING a minute later if it is still not there.
@@ -66,6 +71,8 @@ ELECTING = ("GroupCoordinatorNotAvailable", "CoordinatorNotAvailable", "Coordina
 FOLLOWS = ("Marking the coordinator dead", "is either not started or not valid", "Heartbeat send request failed",
            "Group Coordinator Request failed", "Failed fetch", "Could not send", "Cannot send")  # fmt: skip
 ANSWERED = ("Discovered coordinator",)  # the broker answered a FindCoordinator request
+# The producer retrying a batch (aiokafka's producer/sender.py): counted while an episode is open.
+RETRIES = ("Got error produce response",)
 FAUST_MONITOR = ("Stream has not started processing", "Stream stopped processing, or is slow", "Missing sensor state for rebalance")
 
 
@@ -78,6 +85,8 @@ class Episode:
     failures: int = 1
     last_failure: float = 0.0
     said: float = 0.0  # when a line about it was last written
+    answered: float | None = None  # when the broker answered again (it is over once things settle)
+    retries: int = 0  # the producer's retries of a batch, counted in it
 
 
 def _has(text: str, markers: Iterable[str]) -> bool:
@@ -107,8 +116,14 @@ class KafkaLogs(logging.Filter):
             self._tick(now)
             if _has(text, ANSWERED):
                 if self.episode is not None:
-                    self._close(now, "the broker answered")
+                    if self.episode.answered is None:
+                        self.episode.answered = now  # over once what follows it has settled
                     return False  # the closing line says it
+                return now >= self._settling_until  # else an echo of the reconnection
+            if _has(text, RETRIES):
+                if self.episode is not None:
+                    self.episode.retries += 1
+                    return False
                 return now >= self._settling_until  # else an echo of the reconnection
             kind = "unreachable" if _has(text, UNREACHABLE) else "electing" if _has(text, ELECTING) else None
             follows = kind is None and record.levelno >= logging.WARNING and _has(text, FOLLOWS)
@@ -156,7 +171,10 @@ class KafkaLogs(logging.Filter):
         episode = self.episode
         if episode is None:
             return
-        if now - episode.last_failure >= self.quiet:
+        if episode.answered is not None:
+            if now - episode.answered >= self.quiet:
+                self._close(episode.answered, "the broker answered")
+        elif now - episode.last_failure >= self.quiet:
             self._close(episode.last_failure, f"nothing failed for {self.quiet:g}s")
         elif now - episode.said >= self.still_every:
             episode.said = now
@@ -171,7 +189,10 @@ class KafkaLogs(logging.Filter):
         self._settling_until = self.clock() + self.quiet
         lasted = ended - episode.started
         if episode.kind == "unreachable":
-            log.info("Kafka reachable again (%s): unreachable for %.1fs, %d failed attempt(s); last: %s", why, lasted, episode.failures, episode.last)
+            log.info(
+                "Kafka reachable again (%s): unreachable for %.1fs, %d failed attempt(s), %d producer retries; last: %s",
+                why, lasted, episode.failures, episode.retries, episode.last,
+            )
         else:
             log.info("the consumer group's coordinator is available (%s, after %.1fs)", why, lasted)
 

@@ -230,8 +230,3 @@ class TableStore:
         positions = dict(previous.positions) if previous is not None else {}
         positions[self.origin.stream] = self.origin.position
         return positions
-
-    def caused(self, key: str, cause: str) -> list[Sent]:
-        """The records of `key`'s outbox that the record `cause` caused."""
-        entry = self.loaded.get(key)
-        return [sent for sent in entry.outbox if sent.cause == cause] if entry is not None else []

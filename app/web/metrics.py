@@ -32,6 +32,9 @@ def _family(lines: list[str], name: str, kind: str, help_text: str, samples: Ite
         lines.append(f"{name}{suffix}{{{label_text}}} {_number(value)}" if label_text else f"{name}{suffix} {_number(value)}")
 
 
+family = _family  # for the other drivers' own /metrics (app/mark/server.py)
+
+
 # Every metric name /metrics may expose (ops/ tests check the dashboard and alerts against it).
 METRICS = (
     "faultline_records_total",

@@ -127,7 +127,7 @@ def ensure_binaries(*, log: Any = None) -> Path:
     return folder
 
 
-def _build(go: str, folder: Path) -> None:
+def _build(go: str, folder: Path, builds: dict[str, tuple[str, str]] = BUILDS, ldflags: str = "-s -w") -> None:
     """Build into a private folder, then rename it, so a concurrent run never sees half a build."""
     tmp = folder.parent / f"{folder.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -136,10 +136,10 @@ def _build(go: str, folder: Path) -> None:
     # static binaries, as upstream releases them.
     env = {**os.environ, "GOTOOLCHAIN": "local", "CGO_ENABLED": "0", "GOFLAGS": "-mod=readonly"}
     try:
-        for module_dir, (name, package) in BUILDS.items():
+        for module_dir, (name, package) in builds.items():
             work = tmp / "src" / module_dir
             shutil.copytree(GOMOD / module_dir, work)
-            cmd = [go, "build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp / name), package]
+            cmd = [go, "build", "-trimpath", "-ldflags", ldflags, "-o", str(tmp / name), package]
             res = subprocess.run(cmd, cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True)
             if res.returncode != 0:
                 tail = "\n".join((res.stdout + res.stderr).strip().splitlines()[-30:])
@@ -148,7 +148,7 @@ def _build(go: str, folder: Path) -> None:
                     f"$ (cd {work} && {' '.join(cmd)})\n{tail}"
                 )
         shutil.rmtree(tmp / "src")
-        (tmp / ".complete").write_text(f"kube-apiserver {kube_version()}\netcd {etcd_version()}\n")
+        (tmp / ".complete").write_text("".join(f"{name} {etcd_version() if name == 'etcd' else kube_version()}\n" for name, _ in builds.values()))
         if folder.exists() and not (folder / ".complete").exists():
             shutil.rmtree(folder, ignore_errors=True)  # leftover of an interrupted older run
         try:
@@ -158,6 +158,44 @@ def _build(go: str, folder: Path) -> None:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+# --- kube-controller-manager: the real controllers, for the tests that need them --------------
+
+CONTROLLER_MANAGER = "kube-controller-manager"
+# From the same pinned module graph as kube-apiserver (gomod/kube-apiserver/tools.go lists
+# it); the version stamped in, so that `--version` says what it is.
+CONTROLLER_MANAGER_BUILD = {"kube-apiserver": (CONTROLLER_MANAGER, "k8s.io/kubernetes/cmd/kube-controller-manager")}
+CONTROLLER_MANAGER_ESTIMATE = "about 6 minutes on 2 cores once kube-apiserver was built (a warm Go cache), 12-25 without"
+
+
+def controller_manager_dir() -> Path:
+    """Where kube-controller-manager of the pinned version is cached (built, or unpacked by .ci/run)."""
+    return cache_root() / f"{CONTROLLER_MANAGER}-{kube_version()}"
+
+
+def find_controller_manager(*, build: bool = True, log: Any = None) -> Path | None:
+    """The kube-controller-manager binary: in $KUBEBUILDER_ASSETS when it holds one, else
+    in `controller_manager_dir()`, else built there with Go (when `build` and Go is on
+    PATH). None when there is none and it cannot be built."""
+    say = log or (lambda message: print(message, file=sys.stderr, flush=True))
+    given = os.environ.get("KUBEBUILDER_ASSETS")
+    if given and _executable(Path(given) / CONTROLLER_MANAGER):
+        return Path(given) / CONTROLLER_MANAGER
+    folder = controller_manager_dir()
+    if (folder / ".complete").exists() and _executable(folder / CONTROLLER_MANAGER):
+        return folder / CONTROLLER_MANAGER
+    go = shutil.which("go")
+    if not build or go is None:
+        return None
+    say(f"building {CONTROLLER_MANAGER} {kube_version()} with Go into {folder} (once; {CONTROLLER_MANAGER_ESTIMATE})")
+    started = time.monotonic()
+    version = kube_version()
+    major, minor = version.lstrip("v").split(".")[:2]
+    stamp = " ".join(f"-X k8s.io/component-base/version.{k}={v}" for k, v in (("gitVersion", version), ("gitMajor", major), ("gitMinor", minor)))
+    _build(go, folder, CONTROLLER_MANAGER_BUILD, f"-s -w {stamp}")
+    say(f"built {CONTROLLER_MANAGER} in {time.monotonic() - started:.0f}s into {folder}")
+    return folder / CONTROLLER_MANAGER
 
 
 # --- certificates -----------------------------------------------------------------------------
@@ -220,6 +258,7 @@ CRDS = (
     ("kubeflow.org", "PyTorchJob", "pytorchjobs", ("v1",), "v1"),
     ("kubeflow.org", "TFJob", "tfjobs", ("v1",), "v1"),
     ("kubeflow.org", "MPIJob", "mpijobs", ("v1", "v2beta1"), "v2beta1"),
+    ("kubeflow.org", "JAXJob", "jaxjobs", ("v1",), "v1"),
     ("trainer.kubeflow.org", "TrainJob", "trainjobs", ("v1alpha1",), "v1alpha1"),
 )
 
@@ -467,8 +506,35 @@ class LocalApiServer:
         self.binaries = self.binaries or ensure_binaries()
         self._start_apiserver()
 
+    def start_controller_manager(self, controllers: tuple[str, ...] = ("job",), binary: Path | None = None) -> None:
+        """Run kube-controller-manager against this server as its admin, with only
+        `controllers` (e.g. the Job controller: pods for Jobs, their failures counted by
+        the Job's podFailurePolicy), until `stop`. There is no kubelet or scheduler: a test
+        binds pods and writes their status as a kubelet would."""
+        binary = binary or find_controller_manager()
+        if binary is None:
+            raise ApiServerError(
+                f"{CONTROLLER_MANAGER} {kube_version()} is not in $KUBEBUILDER_ASSETS nor in {controller_manager_dir()}, and Go "
+                "is not on PATH to build it: install Go 1.26, or unpack a prebuilt copy there (ops/kube/README.md)"
+            )
+        name = CONTROLLER_MANAGER
+        args = [
+            "--kubeconfig", str(self.kubeconfig), "--controllers", ",".join(controllers), "--leader-elect=false",
+            "--bind-address", HOST, "--secure-port", "0",
+        ]  # fmt: skip
+        with open(self.log_file(name), "ab") as out:
+            proc = subprocess.Popen([str(binary), *args], cwd=self.data_dir, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+        self._procs[name] = proc
+        self._save_state(**{f"{name}_pid": proc.pid})
+        # Ready once its informers have listed what the controllers watch.
+        self._wait(name, proc, lambda: b"Caches are synced" in self.log_file(name).read_bytes())
+
+    def stop_controller_manager(self) -> None:
+        self._terminate(CONTROLLER_MANAGER)
+
     def stop(self) -> None:
-        """Stop the API server, then etcd. No-op for what is not running."""
+        """Stop the controller manager, the API server, then etcd. No-op for what is not running."""
+        self._terminate(CONTROLLER_MANAGER)
         self._terminate("kube-apiserver")
         self._terminate("etcd")
         if self._owns_dir:

@@ -101,6 +101,7 @@ DEFAULT_TYPES = (
     ("kubeflow.org", "pytorchjobs", "PyTorchJob", ("v1",)),
     ("kubeflow.org", "tfjobs", "TFJob", ("v1",)),
     ("kubeflow.org", "mpijobs", "MPIJob", ("v2beta1",)),
+    ("kubeflow.org", "jaxjobs", "JAXJob", ("v1",)),
     ("jobset.x-k8s.io", "jobsets", "JobSet", ("v1alpha2",)),
     ("trainer.kubeflow.org", "trainjobs", "TrainJob", ("v1alpha1",)),
     ("batch", "jobs", "Job", ("v1",)),

@@ -159,7 +159,7 @@ def bump(obj: dict[str, Any]) -> None:
 
 PLURAL_OF_KIND = {
     "Pod": "pods", "Event": "events", "RayJob": "rayjobs", "PyTorchJob": "pytorchjobs", "TFJob": "tfjobs",
-    "MPIJob": "mpijobs", "JobSet": "jobsets", "Workload": "workloads", "TrainJob": "trainjobs", "Job": "jobs",
+    "MPIJob": "mpijobs", "JAXJob": "jaxjobs", "JobSet": "jobsets", "Workload": "workloads", "TrainJob": "trainjobs", "Job": "jobs",
 }
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -132,7 +133,7 @@ class _Collect(logging.Handler):
 def record_through_outage(
     kube: Any,
     api: Any,
-    phases: dict[str, list[Operation]],
+    phases: dict[str, list[Operation] | Callable[[], list[Operation]]],
     out: Path,
     settings: BridgeSettings,
     *,
@@ -143,7 +144,8 @@ def record_through_outage(
     none in `settings.namespaces`, it is set here) records into `out`; stop the API server
     for `down_seconds`; start it; play `phases["at_comeback"]` at once; wait for every
     watch to be live; play `phases["after"]`; wait until the trace holds every change;
-    stop the bridge."""
+    stop the bridge. A phase may be a function returning its operations, called when the
+    phase is played: a story whose objects carry the times of the clock it is played by."""
     ns = namespace(kube, "outage")
     settings = msgspec.structs.replace(settings, namespaces=ns)
     handler = _Collect()
@@ -158,7 +160,7 @@ def record_through_outage(
         try:
             bridge = running.bridge
             wait_for(lambda: bridge.watches and all(w.progress.live for w in bridge.watches), timeout=60, what="every watch live")
-            player.play_operations(phases.get("before", []))
+            player.play_operations(_operations(phases, "before"))
             expected = player.changes
             wait_for(lambda: sink.written >= expected, timeout=30, what=f"the {expected} changes before the outage")
 
@@ -168,11 +170,11 @@ def record_through_outage(
             kube.start_apiserver()  # returns once /readyz answers 200
             ready = now_us()
             player.phase = "at_comeback"
-            player.play_operations(phases.get("at_comeback", []))
+            player.play_operations(_operations(phases, "at_comeback"))
             wait_for(lambda: all(w.progress.live for w in bridge.watches), timeout=live_timeout, what="every watch live again")
             live = now_us()
             player.phase = "after"
-            player.play_operations(phases.get("after", []))
+            player.play_operations(_operations(phases, "after"))
             last = {w.name: w.resource_version for w in player.writes if w.op != "delete"}
             wait_for(lambda: all((name, rv) in _seen_names(out) for name, rv in last.items()), timeout=30, what="every object's last state")
             running.stop()
@@ -192,6 +194,11 @@ def record_through_outage(
         comebacks={w.name: w.counts["comebacks"] for w in running.bridge.watches},
         log_lines=handler.lines,
     )
+
+
+def _operations(phases: dict[str, list[Operation] | Callable[[], list[Operation]]], phase: str) -> list[Operation]:
+    ops = phases.get(phase, [])
+    return ops() if callable(ops) else ops
 
 
 def _seen_names(trace: Path) -> set[tuple[str, str]]:

@@ -10,11 +10,13 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from app.model.envelope import JOBS, WORKLOADS
 from tests.bridge.helpers import Operation, story_operations
 
 # What a client may send of an object's metadata on create (the server sets the rest).
@@ -54,6 +56,16 @@ def namespace(kube: Any, prefix: str = "t") -> str:
 
 
 ROOT = Path(__file__).resolve().parents[2]
+
+# SPEC R11.4's `max_clock_skew`, small enough for a test to outwait (default 1 h).
+SHORT_SKEW_SECONDS = 5
+
+
+def short_skew_rules(folder: Path) -> Path:
+    """A rule file (README "Reclassify history") with `max_clock_skew` SHORT_SKEW_SECONDS."""
+    path = folder / "short-skew.toml"
+    path.write_text(f'name = "short-skew"\nmax_clock_skew_seconds = {SHORT_SKEW_SECONDS}\n')
+    return path
 
 
 def faultline_env() -> dict[str, str]:
@@ -236,3 +248,64 @@ class StoryPlayer:
         self.kube.call("DELETE", self._path(current, plural, name), body)
         self.changes += 2 if plural == "pods" else 1  # a pod: deletionTimestamp, then gone
 
+
+
+class LiveKueue:
+    """A Kueue story (tests/unit/gang_builders.py GangWorld) played on the real API server
+    as it happens: `live.preempt(...).suspend()` calls the world's methods, each change is
+    written the moment the world makes it, and every time it carries (Kueue's condition
+    times, the JobSet's `Suspended` condition) is read from the real clock, in whole
+    seconds as metav1.Time has them. So the objects' times are what a cluster's
+    controllers write: never before the API server created the object (its
+    `creationTimestamp`, which no client can set) and never after the write. A story
+    stamped at another time would date Kueue's conditions before the Workload's creation,
+    which no cluster does, and the gang stage reads both (SPEC R12.7).
+
+    Time in the cluster passes with `sleep` (the world's `pause` would date changes ahead
+    of the clock)."""
+
+    def __init__(self, kube: Any, ns: str, world: Any) -> None:
+        self.world, self.player, self.played = world, StoryPlayer(kube, ns), 0
+        world.step = timedelta(0)
+        world.published = self._write
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "pause":
+            raise AttributeError("LiveKueue.pause: use sleep, the story runs on the real clock")
+        method = getattr(self.world, name)
+
+        def change(*args: Any, **kwargs: Any) -> LiveKueue:
+            self.world.now = datetime.now(timezone.utc)
+            method(*args, **kwargs)
+            return self
+
+        return change
+
+    def _write(self, world: Any) -> None:
+        ops = story_operations(world.records)
+        self.player.play_operations(ops[self.played :])
+        self.played = len(ops)
+        world.now = datetime.now(timezone.utc)
+
+    @staticmethod
+    def sleep(seconds: float) -> None:
+        time.sleep(seconds)
+
+    @property
+    def changes(self) -> int:
+        """Changes the watches see (StoryPlayer.changes)."""
+        return self.player.changes
+
+    def condition_time(self, type_: str, status: str = "True", obj: str = "wl") -> datetime:
+        """The lastTransitionTime of the last condition `type_` = `status` the Workload
+        (`obj` "wl") or the JobSet ("js") was written with."""
+        topic = WORKLOADS if obj == "wl" else JOBS
+        found = [c["lastTransitionTime"] for line in self.world.records if line["topic"] == topic
+                 for c in line["value"]["object"]["status"].get("conditions", []) if c["type"] == type_ and c["status"] == status]  # fmt: skip
+        assert found, f"no {type_}={status} condition written"
+        return datetime.fromisoformat(found[-1].replace("Z", "+00:00"))
+
+    def kueues_wait(self) -> float:
+        """Kueue's wait for a readmission: from the Workload's last Evicted=True condition
+        to its last Admitted=True one, as written (SPEC R9.9)."""
+        return (self.condition_time("Admitted") - self.condition_time("Evicted")).total_seconds()

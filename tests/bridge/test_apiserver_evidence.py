@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import msgspec
 import orjson
 import pytest
 
+from app.core.base.rules import Rules
 from app.model.records import CLASSIFIED_FAILURES, ClassifiedFailure
 from tests.bridge.helpers import wait_for
 from tests.bridge.realkube import ROOT, StoryPlayer, faultline_env, interrupt, namespace
@@ -164,3 +166,74 @@ def test_r14_a_tenants_eviction_of_its_own_pod_is_written_by_the_server(apiserve
     (condition,) = [c for c in evicted["status"]["conditions"] if c["type"] == "DisruptionTarget"]
     assert (condition["status"], condition["reason"], condition["message"]) == ("True", "EvictionByEvictionAPI", "Eviction API: evicting")
     assert evicted["metadata"].get("deletionTimestamp")
+
+
+# Seconds from each evidence story's t0 back to when its GPU's container failed (the
+# container that shows the device Unhealthy: tests/unit/stories.py).
+DEVICE_FAILED_BEFORE_T0 = {"pod-bare-dra-unhealthy": 0.0, "jobset-gpu-unhealthy": 30.0}
+
+
+def run_verdicts(out: Path) -> dict[str, dict[str, Any]]:
+    """A `run --out` file's latest verdict per attempt."""
+    latest: dict[str, dict[str, Any]] = {}
+    for line in out.read_bytes().splitlines() if out.exists() else []:
+        o = orjson.loads(line)
+        if o["topic"] == CLASSIFIED_FAILURES:
+            latest[o["key"]] = o["value"]
+    return latest
+
+
+def test_r14_2_a_pod_first_listed_after_it_failed_keeps_its_unhealthy_gpu_as_the_uninterrupted_watch(apiserver, tmp_path):
+    """Issue 34: the evidence stories re-enacted on the API server (the kubelet's device
+    health through pods/status), watched by a `run` all along; a second `run` is started
+    once both GPU pods' failures lie more than the relevance slack (R5.3) behind it, so it
+    first lists each pod already Failed, the device Unhealthy only on its terminated
+    container. Each failure is dated 105 s before the stories are played: the watching run
+    sees the device Unhealthy within the slack after it. The late run gives every attempt
+    it can see (not the preempted pod, deleted) the watching run's verdict: both SYSTEM
+    with the device's `GpuUnhealthy` fault (R14.2 amended: the device dated no later than
+    the container's finishedAt), where it used to say the workload's failure, USER."""
+    ns = namespace(apiserver, "listed-late")
+    runs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(name: str) -> Path:
+        out, err = tmp_path / f"{name}.jsonl", tmp_path / f"{name}.err"
+        args = ["run", "--kubeconfig", str(apiserver.kubeconfig), "--cluster", CLUSTER, "--namespaces", ns, "--progress-interval", "0.2",
+                "--state", str(tmp_path / f"{name}-state"), "--out", str(out)]  # fmt: skip
+        with (tmp_path / f"{name}.out").open("wb") as stdout, err.open("wb") as stderr:
+            runs[name] = subprocess.Popen([sys.executable, "-m", "app", *args], cwd=ROOT, env=faultline_env(), stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL)
+        wait_for(lambda: "every watch has listed and is live" in err.read_text(), timeout=90, what=f"{name}: live")
+        return out
+
+    try:
+        watched = start("watching")
+        failed = datetime.now(timezone.utc) - timedelta(seconds=105)
+        builders.reset_ids()
+        records = [r for name, story in stories.EVIDENCE_STORIES.items() for r in story(t0=failed + timedelta(seconds=DEVICE_FAILED_BEFORE_T0.get(name, 30.0)))]
+        expected = sorted(summary(v) for v in final_verdicts(records).values())
+        assert [(s[2], *s[3:5]) for s in expected].count(("SYSTEM", "DEVICE_HEALTH", 0)) == 2  # both GPU pods' attempts
+        StoryPlayer(apiserver, ns).play(records)
+        wait_for(lambda: sorted(summary(v) for v in run_verdicts(watched).values()) == expected, timeout=60, what="the watching run's verdicts")
+        late = failed + Rules().slack + timedelta(seconds=2)
+        time.sleep(max(0.0, (late - datetime.now(timezone.utc)).total_seconds()))
+        listed = start("listed")
+        # Every attempt it can see: all but the preempted pod's, deleted before it started.
+        visible = {k for k in run_verdicts(watched) if "/hpo-12/" not in k}
+        wait_for(lambda: set(run_verdicts(listed)) == visible, timeout=60, what="the late run's verdicts")
+        try:  # then as the watching run's, if it gets there (a revision may follow a first verdict, R7.2)
+            wait_for(lambda: same(run_verdicts(listed), run_verdicts(watched)), timeout=10, what="the same verdicts")
+        except AssertionError:
+            pass
+    finally:
+        for proc in runs.values():
+            interrupt(proc)
+    texts = {name: (tmp_path / f"{name}.err").read_text() for name in runs}
+    assert all(proc.returncode == 0 for proc in runs.values()) and not any("Traceback" in t for t in texts.values()), texts
+    alone, both = run_verdicts(listed), run_verdicts(watched)
+    assert len(visible) == len(both) - 1 == len(alone)
+    assert {k: summary(v) for k, v in alone.items()} == {k: summary(both[k]) for k in alone}
+    assert [(s[2], *s[3:5]) for s in map(summary, alone.values())].count(("SYSTEM", "DEVICE_HEALTH", 0)) == 2
+
+
+def same(alone: dict[str, dict[str, Any]], both: dict[str, dict[str, Any]]) -> bool:
+    return all(summary(v) == summary(both[k]) for k, v in alone.items())

@@ -11,6 +11,8 @@ or `preemption_phases` with more steps, and asserts on `OutageRecording`.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -91,26 +93,43 @@ def test_issue_29_a_preemption_during_an_outage_is_seen_or_reconstructed_and_its
     down and coming back: what the bridge recorded classifies either as every transition
     seen, with the wait Kueue's own (the Workload's Evicted to Admitted condition times),
     or, where a relist folded the eviction away, as an eviction reconstructed from Kueue's
-    count of it — never as nothing having happened."""
+    count of it — never as nothing having happened. Each phase is stamped by the real
+    clock when it is played, as a cluster's controllers stamp it (tests/bridge/realkube.py
+    LiveKueue says why): Kueue evicted 6 s and readmitted 2 s before the API server took
+    their writes, after the outage. Which watch resumes and which relists depends on when
+    each comes back: one kind's part of the preemption may be seen and the other's folded
+    away (docs/rules.md, *Only one watch relisted*); it is reported all the same."""
     from app.embedded.pipeline import Pipeline
     from app.replay.trace import read_lines, replay
     from tests.unit.gang_builders import GangWorld, with_eviction_counts
 
-    world = with_eviction_counts(GangWorld(labels={}), ("Preempted", "", 0)).start().pause(60)
-    cuts = [len(world.records)]
-    with_eviction_counts(world, ("Preempted", "", 1)).preempt("InClusterQueue").suspend().jobs_stopped().release_quota().pause(30)
-    world.readmit().unsuspend().workers_ready().pods_ready()
-    cuts.append(len(world.records))
-    world.pause(60).complete().finish()
-    ops = story_operations(world.records)
-    at = [len(story_operations(world.records[:n])) for n in cuts]
-    phases = {"before": ops[: at[0]], "at_comeback": ops[at[0] : at[1]], "after": ops[at[1] :]}
+    world = with_eviction_counts(GangWorld(labels={}, step=timedelta(0)), ("Preempted", "", 0))
+    played = 0
+
+    def phase(change: Callable[[], object], back: float = 0.0) -> Callable[[], list[Operation]]:
+        def operations() -> list[Operation]:
+            nonlocal played
+            world.now = datetime.now(timezone.utc) - timedelta(seconds=back)
+            change()
+            ops = story_operations(world.records)
+            new, played = ops[played:], len(ops)
+            return new
+
+        return operations
+
+    def preempted_and_readmitted() -> None:
+        with_eviction_counts(world, ("Preempted", "", 1)).preempt("InClusterQueue").suspend().jobs_stopped().release_quota().pause(4)
+        world.readmit().unsuspend().workers_ready().pods_ready()
+
+    phases = {"before": phase(world.start), "at_comeback": phase(preempted_and_readmitted, back=6), "after": phase(lambda: world.complete().finish())}
     rec = record_through_outage(apiserver, real_api, phases, tmp_path / "outage-trace.jsonl", settings(**DEFAULT_RETRY), down_seconds=10.0)
     print("\n" + summary(rec))
     assert rec.live_after <= 2.0, summary(rec)
 
     transitions = [e.value for e in replay(read_lines(rec.trace), Pipeline()) if e.topic == "faultline.gang-transitions"]
     path = [(t.from_, t.to) for t in transitions]
+    if one_side_folded(rec):
+        print("one watch relisted: its object's part of the preemption was folded away")
     assert path == [("Pending", "Running"), ("Running", "WaitingForReadmission"), ("WaitingForReadmission", "Running"), ("Running", "Completed")], path
     waiting, back = transitions[1], transitions[2]
     assert waiting.cause is not None and waiting.cause.reason == "Preempted"
@@ -128,3 +147,15 @@ def _time(text: str):  # type: ignore[no-untyped-def]
     from datetime import datetime
 
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def one_side_folded(rec: OutageRecording) -> bool:
+    """The trace shows the JobSet suspended after it ran (a write of the comeback) but no
+    Workload record `Evicted=True`, or the other way round: one watch resumed, the other
+    relisted and folded its object's part of the preemption away."""
+    ran = max(int(w.resource_version) for w in rec.writes if w.phase == "before" and w.resource_version)
+    objects = [c["value"]["object"] for c in rec.changes()]
+    suspended = any(o["kind"] == "JobSet" and o["spec"].get("suspend") and int(o["metadata"]["resourceVersion"]) > ran for o in objects)
+    evicted = any(c.get("type") == "Evicted" and c.get("status") == "True"
+                  for o in objects if o["kind"] == "Workload" for c in (o.get("status") or {}).get("conditions", []))  # fmt: skip
+    return suspended != evicted

@@ -115,39 +115,63 @@ def start(*args: str, out: Path, err: Path) -> subprocess.Popen[bytes]:
                                 stdin=subprocess.DEVNULL)
 
 
+class RecordAndRun:
+    """`faultline record` and `faultline run` on namespace `ns` of `kube`, live once entered;
+    stopped on exit, each having ended cleanly. `trace` and `outputs` are theirs, `run_out`
+    what run printed."""
+
+    def __init__(self, kube: Any, ns: str, cluster: str, tmp_path: Path) -> None:
+        self.watch = ["--kubeconfig", str(kube.kubeconfig), "--cluster", cluster, "--namespaces", ns, "--progress-interval", "0.2"]
+        self.trace, self.outputs, self.state = tmp_path / "trace.jsonl", tmp_path / "outputs.jsonl", tmp_path / "state"
+        self.logs = {name: (tmp_path / f"{name}.out", tmp_path / f"{name}.err") for name in ("record", "run")}
+        self.run_out = ""
+
+    def __enter__(self) -> RecordAndRun:
+        (record_out, record_err), (run_out, run_err) = self.logs["record"], self.logs["run"]
+        self.procs = {
+            "record": start("record", *self.watch, "--out", str(self.trace), out=record_out, err=record_err),
+            "run": start("run", *self.watch, "--state", str(self.state), "--out", str(self.outputs), out=run_out, err=run_err),
+        }
+        try:
+            wait_for(lambda: all("every watch has listed and is live" in err.read_text() for _, err in self.logs.values()), timeout=90,
+                     what="every watch live")
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in self.procs.values():
+            interrupt(proc)
+        texts = {name: (out.read_text(), err.read_text()) for name, (out, err) in self.logs.items()}
+        self.run_out = texts["run"][0]
+        if exc[0] is None:
+            assert all(proc.returncode == 0 for proc in self.procs.values()), texts
+            assert not any("Traceback" in err for _, err in texts.values()), texts
+
+    def run_prints_what_classify_gives(self) -> None:
+        """`faultline classify` of the recorded trace: the verdicts and transitions run printed."""
+        classified = subprocess.run([sys.executable, "-m", "app", "classify", str(self.trace)], cwd=ROOT, env=faultline_env(),
+                                    capture_output=True, text=True, timeout=120)
+        assert classified.returncode == 0, classified.stderr
+        run_verdicts, run_transitions = run_printed(self.run_out)
+        trace_verdicts, trace_transitions = classify_printed(classified.stdout)
+        print(f"\nfaultline run printed:\n{self.run_out}\nfaultline classify of the recorded trace:\n{classified.stdout}")
+        assert run_verdicts == trace_verdicts
+        assert run_transitions == trace_transitions
+
+
 def test_r13_run_on_the_api_server_prints_the_verdicts_classify_gives_for_the_recorded_trace(apiserver, tmp_path):
     records = workload_stories(datetime.now(timezone.utc) - timedelta(minutes=2))
     expected = story_summary(records)
     assert {kind for kind, _ in expected} == {"TrainJob", "JobSet", "Job", "Pod"}
     ns = namespace(apiserver, "workloads")
-    watch = ["--kubeconfig", str(apiserver.kubeconfig), "--cluster", CLUSTER, "--namespaces", ns, "--progress-interval", "0.2"]
-    trace, outputs = tmp_path / "trace.jsonl", tmp_path / "outputs.jsonl"
-    logs = {name: (tmp_path / f"{name}.out", tmp_path / f"{name}.err") for name in ("record", "run")}
-    procs = {
-        "record": start("record", *watch, "--out", str(trace), out=logs["record"][0], err=logs["record"][1]),
-        "run": start("run", *watch, "--state", str(tmp_path / "state"), "--out", str(outputs), out=logs["run"][0], err=logs["run"][1]),
-    }
-    try:
-        wait_for(lambda: all("every watch has listed and is live" in err.read_text() for _, err in logs.values()), timeout=90,
-                 what="every watch live")
+    with RecordAndRun(apiserver, ns, CLUSTER, tmp_path) as watching:
+        trace, outputs = watching.trace, watching.outputs
         changes = StoryPlayer(apiserver, ns).play(records)
         wait_for(lambda: changes_in(trace) == changes, timeout=60, what=f"{changes} changes in the trace")
         wait_for(lambda: len(verdicts_in(outputs)) == len(expected), timeout=60, what=f"{len(expected)} verdicts from run")
-    finally:
-        for proc in procs.values():
-            interrupt(proc)
-    texts = {name: (out.read_text(), err.read_text()) for name, (out, err) in logs.items()}
-    assert all(proc.returncode == 0 for proc in procs.values()), texts
-    assert not any("Traceback" in err for _, err in texts.values()), texts
-    classified = subprocess.run([sys.executable, "-m", "app", "classify", str(trace)], cwd=ROOT, env=faultline_env(), capture_output=True,
-                                text=True, timeout=120)
-    assert classified.returncode == 0, classified.stderr
-
-    run_verdicts, run_transitions = run_printed(texts["run"][0])
-    trace_verdicts, trace_transitions = classify_printed(classified.stdout)
-    print(f"\nfaultline run printed:\n{texts['run'][0]}\nfaultline classify of the recorded trace:\n{classified.stdout}")
-    assert run_verdicts == trace_verdicts
-    assert run_transitions == trace_transitions
+    watching.run_prints_what_classify_gives()
     # ... and both are the stories' own verdicts, by kind and name.
     got = {}
     for key, v in verdicts_in(outputs).items():

@@ -81,7 +81,7 @@ def test_every_kind_goes_to_its_topic_with_its_key(kube, api):
     running = Running(Bridge(api, sink, settings()))
     wait_for(lambda: len(sink.records) == 2)
     # Changes while watching, one of every kind.
-    crs = [("rayjobs", "RayJob"), ("pytorchjobs", "PyTorchJob"), ("tfjobs", "TFJob"), ("mpijobs", "MPIJob"), ("jobsets", "JobSet"),
+    crs = [("rayjobs", "RayJob"), ("pytorchjobs", "PyTorchJob"), ("tfjobs", "TFJob"), ("mpijobs", "MPIJob"), ("jaxjobs", "JAXJob"), ("jobsets", "JobSet"),
            ("trainjobs", "TrainJob"), ("jobs", "Job"), ("workloads", "Workload")]
     for plural, _ in crs:
         kube.create(plural, {"metadata": {"name": f"{plural}-1", "namespace": "ml"}, "spec": {}, "status": {}})
@@ -90,7 +90,7 @@ def test_every_kind_goes_to_its_topic_with_its_key(kube, api):
         "regarding": {"kind": "Pod", "name": "trainer-0", "uid": "uid-from-regarding"}, "reason": "Scheduled",
     })
     kube.create("events", {"metadata": {"name": "node-event", "namespace": "default"}, "involvedObject": {"kind": "Node", "name": "gpu-1"}})
-    wait_for(lambda: len(sink.records) == 12)
+    wait_for(lambda: len(sink.records) == 13)
     running.stop()
 
     by_name = {orjson.loads(r.value)["object"]["metadata"]["name"]: r for r in sink.records}
@@ -108,6 +108,7 @@ def test_every_kind_goes_to_its_topic_with_its_key(kube, api):
         assert "managedFields" not in obj["metadata"]
     assert orjson.loads(by_name["jobs-1"].value)["object"]["apiVersion"] == "batch/v1"
     assert orjson.loads(by_name["trainjobs-1"].value)["object"]["apiVersion"] == "trainer.kubeflow.org/v1alpha1"
+    assert orjson.loads(by_name["jaxjobs-1"].value)["object"]["apiVersion"] == "kubeflow.org/v1"
 
 
 def test_a_listed_batch_job_gets_the_list_s_kind_and_api_version(kube, api):

@@ -20,7 +20,7 @@ from tests.conftest import running_apiserver
 pytestmark = pytest.mark.apiserver
 
 ROOT = Path(__file__).resolve().parents[2]
-COMPONENTS = ["kafka-tls", "kafka-brokers"]
+COMPONENTS = ["mark", "kafka-tls", "kafka-brokers"]
 
 
 @pytest.fixture(scope="module")

@@ -225,12 +225,12 @@ def test_r12_2_a_topic_fed_by_several_kinds_waits_for_the_slowest(kube, api):
 
 
 def test_r12_2_k8s_jobs_progresses_at_its_slowest_kind_and_an_uninstalled_trainjob_holds_nothing_back(kube, api):
-    """k8s.jobs is fed by seven kinds (TrainJob and batch Jobs among them, SPEC R13.2):
+    """k8s.jobs is fed by eight kinds (TrainJob and batch Jobs among them, SPEC R13.2):
     with the TrainJob CRD not installed the topic progresses; with the Job watch cut it
     stops, and its progress record names Job; TrainJob installed later is picked up."""
     kube.uninstall("trainjobs")
     sink = MemorySink()
-    jobs_kinds = "RayJob,PyTorchJob,TFJob,MPIJob,JobSet,TrainJob,Job"
+    jobs_kinds = "RayJob,PyTorchJob,TFJob,MPIJob,JAXJob,JobSet,TrainJob,Job"
     running = Running(Bridge(api, sink, settings(kinds=jobs_kinds, progress_interval=0.02, crd_recheck=0.2)))
 
     def jobs_progress() -> list[tuple[str, int]]:

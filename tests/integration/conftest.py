@@ -5,6 +5,7 @@ Set FAULTLINE_KAFKA_BOOTSTRAP=host:port to use an already running broker instead
 from __future__ import annotations
 
 import os
+import re
 import sys
 import uuid
 from collections.abc import Iterator
@@ -94,6 +95,11 @@ class WorkerProcess:
 
     def log_tail(self, lines: int = 40) -> str:
         return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def counters(self) -> dict[str, int]:
+        """The worker's counters, as its last expiry sweep logged them."""
+        found = re.findall(r"faultline: ((?:\w+=\d+ ?)+)$", self.log_text(), re.MULTILINE)
+        return {k: int(v) for k, v in (item.split("=") for item in found[-1].split())} if found else {}
 
 
 @dataclass
@@ -351,9 +357,9 @@ class Outputs:
     @classmethod
     def offline(cls, trace: Path, rules_file: Path | None = None) -> Outputs:
         """The oracle: `faultline replay [--rules FILE]`'s pipeline over the same trace, in one process."""
+        from app.embedded.pipeline import Pipeline
         from app.model.envelope import SOURCE_TOPICS
         from app.model.records import DEAD_LETTER
-        from app.embedded.pipeline import Pipeline
         from app.replay.trace import read_lines, replay
         from app.rulefile import load_rules
         from app.stream.codecs import encode

@@ -69,8 +69,9 @@ def test_r11_4_a_partition_that_comes_back_is_judged_by_its_progress_now(stream_
     assert first.proc.poll() is None, first.log_tail()
 
     streamed = outputs.streamed(stream_stack)
-    clock_faults = [letter for letter in streamed.dead_letters if "clock fault" in letter[2]]
-    assert not clock_faults, f"{len(clock_faults)} valid records taken for clock faults, e.g. {clock_faults[:2]}"
+    # A clock fault is folded (R11.4, amended) but moves no stream time: counted, never here.
+    clock_faults = {w.worker_id: w.counters().get("clock_faults", 0) for w in (first, second, third)}
+    assert not any(clock_faults.values()), f"valid records taken for clock faults: {clock_faults}"
     streamed.assert_equal(expected, redelivered=True)
 
 

@@ -38,4 +38,4 @@ def test_r7_3_records_caused_before_a_kill_between_states_and_sends_are_sent_aft
     streamed = outputs.streamed(stream_stack)
     streamed.assert_equal(expected, redelivered=True)  # chains whole
     assert streamed.transitions == expected.transitions  # none missing
-    assert "may be unsent; sent again when those come" in restarted.log_text()
+    assert "may be unsent; sent again before anything is folded" in restarted.log_text()

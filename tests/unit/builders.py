@@ -222,6 +222,81 @@ def event(
     return body
 
 
+def controller_event(
+    target: dict,
+    reason: str,
+    message: str,
+    at: datetime,
+    *,
+    type_: str = "Warning",
+    reporter: str = "kube-controller-manager",
+    instance: str = "",
+    action: str = "",
+    events_api: bool = False,
+    kind: str = "Pod",
+    api_version: str = "v1",
+) -> dict:
+    """An Event a controller records about `target`, as the core/v1 watch serves it: one
+    recorded through core/v1 (firstTimestamp, lastTimestamp, count, source.component), or
+    (`events_api`) through events.k8s.io/v1 (eventTime, reportingComponent,
+    reportingInstance, action; no firstTimestamp, no count)."""
+    meta = target["metadata"]
+    body: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{meta['name']}.{next(_uids):x}", "namespace": meta["namespace"], "uid": kube_uid(), "creationTimestamp": ts(at)},
+        "involvedObject": {"kind": kind, "namespace": meta["namespace"], "name": meta["name"], "uid": meta["uid"], "apiVersion": api_version},
+        "reason": reason,
+        "message": message,
+        "type": type_,
+    }
+    if events_api:
+        micro = at.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        body |= {"eventTime": micro, "firstTimestamp": None, "lastTimestamp": None, "source": {}, "action": action,
+                 "reportingComponent": reporter, "reportingInstance": instance}
+    else:
+        body |= {"eventTime": None, "firstTimestamp": ts(at), "lastTimestamp": ts(at), "count": 1, "source": {"component": reporter},
+                 "reportingComponent": reporter, "reportingInstance": instance}
+    return body
+
+
+def as_events_v1(core: dict) -> dict:
+    """The same Event as events.k8s.io/v1 serves it (regarding, note, reportingController,
+    deprecated* for the core/v1 fields)."""
+    out = {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": core["metadata"],
+        "regarding": core["involvedObject"],
+        "reason": core["reason"],
+        "note": core["message"],
+        "type": core["type"],
+        "eventTime": core.get("eventTime"),
+        "reportingController": core.get("reportingComponent", ""),
+        "reportingInstance": core.get("reportingInstance", ""),
+        "action": core.get("action", ""),
+    }
+    if core.get("firstTimestamp"):
+        out |= {"deprecatedFirstTimestamp": core["firstTimestamp"], "deprecatedLastTimestamp": core["lastTimestamp"], "deprecatedCount": core.get("count", 1),
+                "deprecatedSource": core.get("source", {})}
+    return out
+
+
+def kueue_force_deleted(p: dict, at: datetime, node: str, *, grace: str = "1m0.00000003s") -> tuple[dict, dict]:
+    """What Kueue's failure recovery writes on a pod it force-deletes (kueue v0.19.2
+    pkg/controller/failurerecovery/pod_termination_controller.go): the pod as patched
+    through pods/status (phase Failed, condition KueueFailureRecovery with no
+    lastTransitionTime) and its Warning Event (events.k8s.io/v1, as core/v1 serves it)."""
+    message = (f"Pod forcefully terminated after {grace} grace period due to unreachable node `{node}` "
+               "(triggered by `kueue.x-k8s.io/safe-to-forcefully-delete` annotation)")
+    condition = {"type": "KueueFailureRecovery", "status": "True", "reason": "KueueForcefullyDeleted", "message": message,
+                 "lastProbeTime": None, "lastTransitionTime": None}
+    patched = updated(p, phase="Failed", conditions=[*p["status"].get("conditions", []), condition])
+    ev = controller_event(p, "KueueForcefullyDeleted", message, at, reporter="kueue-pod-termination-controller",
+                          instance="kueue-controller-manager-6c9d8f7b5-x2x7k", action="ForcefulTermination", events_api=True)
+    return patched, ev
+
+
 # --- CRDs ----------------------------------------------------------------------------------
 
 
@@ -451,6 +526,40 @@ def kubeflow_pod_labels(job_name: str = "mpi", replica: str = "worker", **attemp
         {"training.kubeflow.org/job-name": job_name, "training.kubeflow.org/replica-type": replica, "training.kubeflow.org/operator-name": "mpijob-controller"},
         **attempt,
     )
+
+
+def jaxjob(name: str, *, job_uid: str | None = None, workers: int = 2, gpus: int = 8, created: datetime = T0 - minutes(130), labels: dict | None = None, conditions: list[dict] | None = None) -> dict:
+    """A Kubeflow JAXJob (kubeflow.org/v1, SPEC R16.5) as kubeflow/trainer v1.9.4 serves it
+    once its defaults are applied (pkg/apis/kubeflow.org/v1/jax_defaults.go: replica
+    restartPolicy Never, runPolicy.cleanPodPolicy None, the `jax` container's port
+    `jaxjob-port` 6666)."""
+    container = {"name": "jax", "image": "ghcr.io/acme/jax-sft:2026.09", "ports": [{"name": "jaxjob-port", "containerPort": 6666, "protocol": "TCP"}],
+                 "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "JAXJob",
+        "metadata": _meta(name, job_uid or kube_uid(), created, labels),
+        "spec": {
+            "runPolicy": {"cleanPodPolicy": "None", "suspend": False},
+            "jaxReplicaSpecs": {"Worker": {"replicas": workers, "restartPolicy": "Never", "template": {"spec": {"containers": [container]}}}},
+        },
+        "status": {"conditions": conditions or [], "replicaStatuses": {}, "startTime": ts(created)},
+    }
+
+
+def jax_pod_labels(job: dict, index: int) -> dict[str, str]:
+    """The labels the v1 operator puts on a JAXJob's pod (kubeflow/trainer v1.9.4
+    pkg/controller.v1/common/job_controller.go GenLabels, common/pod.go createNewPod;
+    keys in pkg/apis/kubeflow.org/v1/common_types.go): job-role `master` on index 0 only."""
+    labels = {
+        "training.kubeflow.org/job-name": job["metadata"]["name"],
+        "training.kubeflow.org/operator-name": "jaxjob-controller",
+        "training.kubeflow.org/replica-type": "worker",
+        "training.kubeflow.org/replica-index": str(index),
+    }
+    if index == 0:
+        labels["training.kubeflow.org/job-role"] = "master"
+    return labels
 
 
 def ray_pod_labels(cluster: str, **attempt: str) -> dict[str, str]:

@@ -11,7 +11,7 @@ clock. Field names follow the Kueue and JobSet API types.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -302,6 +302,9 @@ class GangWorld:
         )
         self.eviction_message = ""
         self.resource_version = 104210
+        # Called after each record is added: tests/bridge/realkube.py LiveKueue writes the
+        # change to a real API server at once and sets the clock to the real one.
+        self.published: Callable[[GangWorld], None] | None = None
 
     # -- plumbing --------------------------------------------------------------------
 
@@ -310,6 +313,8 @@ class GangWorld:
         obj["metadata"]["resourceVersion"] = str(self.resource_version)
         self.records.append(record(topic, obj, change, self.now, self.cluster))
         self.now += self.step
+        if self.published is not None:
+            self.published(self)
         return self
 
     def _jobset(self, change: str = "MODIFIED") -> GangWorld:

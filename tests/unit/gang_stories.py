@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from app.model.envelope import JOBS, WORKLOADS
 from tests.unit.gang_builders import GangWorld, JobWorld, trainjob_world, with_eviction_counts
 from tests.unit.goodput_world import R17_STORIES
 
@@ -27,6 +28,31 @@ def through_a_gap(world: GangWorld) -> GangWorld:
     last_workload = [line for line in gap if line["topic"] == "k8s.workloads"][-1:]
     world.records = world.records[:seen] + [gap[-1], *last_workload]
     return world
+
+
+def one_side_folded(world: GangWorld, waited: float, folded: str, ready: bool = False) -> GangWorld:
+    """Kueue evicts and readmits; one watch resumes and shows every state of its object,
+    while the other gets a 410 and relists: its next record shows only the end state (the
+    Workload admitted again with the eviction counted, or the job running again).
+    `folded`: the topic whose records were folded; `ready`: Kueue's PodsReady after the
+    job ran again, so that the folding record is dated after the resumption. Both met on
+    the real API server (tests/bridge/test_apiserver_outage.py)."""
+    seen = len(world.records)
+    with_eviction_counts(world, ("Preempted", "", 1)).preempt().suspend().jobs_stopped().release_quota().pause(waited)
+    world.readmit().unsuspend().workers_ready()
+    if ready:
+        world.pods_ready()
+    gap = world.records[seen:]
+    world.records = world.records[:seen] + [line for line in gap if line["topic"] != folded] + [line for line in gap if line["topic"] == folded][-1:]
+    return world
+
+
+def _folded_story(labels: dict[str, str] | None, folded: str, ready: bool = False) -> Callable[[], GangWorld]:
+    def story() -> GangWorld:
+        world = with_eviction_counts(GangWorld(labels=labels, policy="true"), ("Preempted", "", 0)).start().pause(30)
+        return one_side_folded(world, 30.0, folded, ready).pause(30).complete().finish()
+
+    return story
 
 
 STORIES: dict[str, Callable[[], GangWorld]] = {
@@ -102,6 +128,12 @@ STORIES: dict[str, Callable[[], GangWorld]] = {
     .pause(30)
     .complete(),
     "r9_first_eviction_in_a_gap": lambda: through_a_gap(GangWorld(policy="true").start().pause(30)).pause(30).complete(),
+    # R12.7: one watch relisted during the preemption, the other saw it all
+    "r15_7_workload_folded_suspension_seen": _folded_story({}, WORKLOADS),
+    "r15_7_workload_folded_after_the_resumption": _folded_story({}, WORKLOADS, ready=True),
+    "r9_workload_folded_suspension_seen": _folded_story(None, WORKLOADS),
+    "r12_7_job_folded_eviction_seen": _folded_story({}, JOBS),
+    "r9_job_folded_eviction_seen": _folded_story(None, JOBS),
 }
 
 

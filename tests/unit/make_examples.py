@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tests.unit import builders
 from tests.unit.restart_stories import RESTART_STORIES
-from tests.unit.stories import EVIDENCE_STORIES, STORIES, WORKLOAD_STORIES
+from tests.unit.stories import EVIDENCE_STORIES, R16_STORIES, STORIES, WORKLOAD_STORIES
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "traces"
 
@@ -34,8 +34,14 @@ TRACES = {
     "jobset-in-place-restart.jsonl": ["jobset-in-place-restart"],
     # KubeRay v1.7's retried tries (SPEC R16.4): one try retried on a new RayCluster, then failed.
     "rayjob-retried.jsonl": ["rayjob-retried"],
+    # Kinds and evidence shipped in 2026 (SPEC R16): a Kubeflow JAXJob whose worker's GPU
+    # fell off the bus; a pod evicted by a DRA device taint; a pod Kueue's failure recovery
+    # force-deleted from an unreachable node.
+    "jaxjob-xid79.jsonl": ["jaxjob-xid79"],
+    "job-device-taint.jsonl": ["job-device-taint"],
+    "job-kueue-force-deleted.jsonl": ["job-kueue-force-deleted"],
 }
-_ALL = {**STORIES, **WORKLOAD_STORIES, **EVIDENCE_STORIES, **RESTART_STORIES}
+_ALL = {**STORIES, **WORKLOAD_STORIES, **EVIDENCE_STORIES, **RESTART_STORIES, **R16_STORIES}
 
 
 def trace(stories: list[str]) -> bytes:

@@ -10,8 +10,11 @@ from tests.unit.builders import (
     attempt_labels,
     batch_job,
     condition,
+    controller_event,
     disruption_target,
     event,
+    jax_pod_labels,
+    jaxjob,
     job_pod_labels,
     jobset,
     jobset_child_labels,
@@ -20,6 +23,7 @@ from tests.unit.builders import (
     kubeflow,
     kueue_workload,
     kubeflow_pod_labels,
+    kueue_force_deleted,
     minutes,
     owned_by,
     owner,
@@ -511,4 +515,126 @@ EVIDENCE_STORIES = {
     "pod-bare-dra-unhealthy": bare_pod_dra_unhealthy,
     "jobset-gpu-unhealthy": jobset_gpu_unhealthy,
     "mpijob-xid79-drained": mpijob_xid79_drained,
+}
+
+
+# --- kinds and evidence shipped in 2026 (SPEC R16) --------------------------------------------
+
+
+def jaxjob_fell_off_the_bus(run: str = "gemma-sft", t0: datetime = T0) -> list[dict]:
+    """A Kubeflow JAXJob (R16.5) of two workers, no orchestrator, as kubeflow/trainer v1.9.4
+    writes it: worker 1's GPU falls off the bus (Xid 79), its `jax` container dies, the
+    operator records the exit on the job (a Normal Event) and fails it (JAXJobFailed: 1
+    Worker replica(s) failed). Worker 0 keeps running (cleanPodPolicy None)."""
+    created = t0 - minutes(40)
+    job = jaxjob(run, created=created, conditions=[condition("Created", "JAXJobCreated", f"JAXJob {run} is created.", created)])
+    out = [record(job, created, "ADDED")]
+    workers = [
+        pod(f"{run}-worker-{i}", pod_uid=kube_uid(), labels=jax_pod_labels(job, i), owners=owned_by(job), node=f"gpu-{110 + i}",
+            containers={"jax": running(t0 - minutes(37))}, created=t0 - minutes(39))
+        for i in range(2)
+    ]
+    out += [record(w, t0 - minutes(37), "ADDED") for w in workers]
+    started = condition("Running", "JAXJobRunning", f"JAXJob ml/{run} is running.", t0 - minutes(36))
+    out.append(record(updated(job, conditions=[*job["status"]["conditions"], started], replicaStatuses={"Worker": {"active": 2}}), t0 - minutes(36)))
+    out.append(record(event(workers[1], code=79, first=t0 - minutes(1.5), reporting="gpu-111"), t0 - minutes(1.5), "ADDED"))
+    out.append(record(_failed(workers[1], 1, t0 - minutes(0.5), "Error"), t0 - minutes(0.4)))
+    # kubeflow/trainer pkg/controller.v1/common/pod.go: the exit, on the job (not a fault: R2.1).
+    exited = event(workers[1], reason="ExitedWithCode", type_="Normal", message=f"Pod: ml.{run}-worker-1 exited with code 1", reporting=None, first=t0 - minutes(0.3))
+    exited["involvedObject"] = {"kind": "JAXJob", "namespace": "ml", "name": run, "uid": job["metadata"]["uid"], "apiVersion": "kubeflow.org/v1"}
+    exited["source"], exited["reportingComponent"] = {"component": "jaxjob-controller"}, "jaxjob-controller"
+    out.append(record(exited, t0 - minutes(0.3), "ADDED"))
+    failed = [
+        job["status"]["conditions"][0],
+        {**started, "status": "False"},
+        condition("Failed", "JAXJobFailed", f"JAXJob {run} is failed because 1 Worker replica(s) failed.", t0),
+    ]
+    out.append(record(updated(job, conditions=failed, replicaStatuses={"Worker": {"active": 1, "failed": 1}}, completionTime=ts(t0)), t0 + minutes(0.05)))
+    return out
+
+
+def _deleting(p: dict, at: datetime, grace_seconds: int = 30) -> dict:
+    """The pod once its deletion was requested: deletionTimestamp = now + its grace period."""
+    out = updated(p)
+    out["metadata"]["deletionTimestamp"] = ts(at + minutes(grace_seconds / 60))
+    out["metadata"]["deletionGracePeriodSeconds"] = grace_seconds
+    return out
+
+
+def job_device_tainted(run: str = "vllm-shards", t0: datetime = T0) -> list[dict]:
+    """An indexed batch/v1 Job of two pods, each holding a GPU through a DRA claim
+    (Kubernetes 1.37, R16.6). The GPU driver taints index 1's device NoExecute (a
+    ResourceSlice taint: faultline does not watch those); the device taint eviction
+    controller records a Normal Event, marks the pod DisruptionTarget
+    (DeletionByDeviceTaintManager) and deletes it (kubernetes v1.37.2
+    pkg/controller/devicetainteviction/device_taint_eviction.go). Its container gets SIGTERM
+    (143); index 0 finishes; the Job fails (FailedIndexes). Without R16.6 that reads as the
+    workload's failure."""
+    job = batch_job(run, completions=2, indexed=True, gpus=0, claims=True, created=t0 - minutes(30))
+    out = [record(job, t0 - minutes(30), "ADDED")]
+    pods = []
+    for i in range(2):
+        p = pod(f"{run}-{i}-{'kq'[i]}7m2x", pod_uid=kube_uid(), labels=job_pod_labels(job, i), owners=owned_by(job), node=f"gpu-{120 + i}",
+                gpus=0, claims=True, containers={"main": running(t0 - minutes(28))}, created=t0 - minutes(29))
+        p["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
+        pods.append(p)
+    out += [record(p, t0 - minutes(28), "ADDED") for p in pods]
+    marked = controller_event(pods[1], "DeviceTaintManagerEviction", "Marking for deletion", t0 - minutes(1), type_="Normal",
+                              reporter="device-taint-eviction-controller")
+    out.append(record(marked, t0 - minutes(1), "ADDED"))
+    tainted = _disrupted(pods[1], "DeletionByDeviceTaintManager", t0 - minutes(1), "Device Taint manager: deleting due to NoExecute taint")
+    out.append(record(tainted, t0 - minutes(1) + minutes(0.01)))
+    deleting = _deleting(tainted, t0 - minutes(1))
+    out.append(record(deleting, t0 - minutes(1) + minutes(0.02)))
+    ended = _ended(deleting, 143, t0 - minutes(0.6))
+    out += [record(ended, t0 - minutes(0.58)), record(ended, t0 - minutes(0.55), "DELETED")]
+    out.append(record(_succeeded(pods[0], t0 - minutes(0.2)), t0 - minutes(0.2)))
+    failed = condition("Failed", "FailedIndexes", "Job has failed indexes", t0)
+    out.append(record(updated(job, conditions=[{**failed, "type": "FailureTarget"}, failed], failedIndexes="1", active=0, ready=0), t0 + minutes(0.05)))
+    return out
+
+
+def job_kueue_force_deleted(run: str = "ckpt-shards", t0: datetime = T0) -> list[dict]:
+    """A batch/v1 Job of two GPU pods annotated `kueue.x-k8s.io/safe-to-forcefully-delete`
+    (Kueue's failure recovery, alpha gate FailureRecoveryPolicy; R16.6). Node gpu-131 stops
+    answering: five minutes later the taint manager marks its pod DisruptionTarget
+    (DeletionByTaintManager) and deletes it, but no kubelet finishes the deletion; a minute
+    after the deletionTimestamp Kueue fails the pod (KueueFailureRecovery, no time), records
+    KueueForcefullyDeleted and deletes it at once (kueue v0.19.2
+    pkg/controller/failurerecovery/pod_termination_controller.go). The Job fails
+    (BackoffLimitExceeded) and deletes its other pod."""
+    job = batch_job(run, completions=2, created=t0 - minutes(40))
+    job["spec"]["backoffLimit"] = 0
+    out = [record(job, t0 - minutes(40), "ADDED")]
+    safe = {"kueue.x-k8s.io/safe-to-forcefully-delete": "true"}
+    pods = [
+        pod(f"{run}-{'xq'[i]}4t9v", pod_uid=kube_uid(), labels=job_pod_labels(job), owners=owned_by(job), annotations=safe, node=f"gpu-{130 + i}",
+            containers={"main": running(t0 - minutes(38))}, created=t0 - minutes(39))
+        for i in range(2)
+    ]
+    out += [record(p, t0 - minutes(38), "ADDED") for p in pods]
+    lost = pods[1]
+    name = lost["metadata"]["name"]
+    evicting = controller_event(lost, "TaintManagerEviction", f"Marking for deletion Pod ml/{name}", t0 - minutes(6), type_="Normal",
+                                reporter="taint-eviction-controller")
+    out.append(record(evicting, t0 - minutes(6), "ADDED"))
+    tainted = _disrupted(lost, "DeletionByTaintManager", t0 - minutes(6), "Taint manager: deleting due to NoExecute taint")
+    out.append(record(tainted, t0 - minutes(6) + minutes(0.01)))
+    deleting = _deleting(tainted, t0 - minutes(6))
+    out.append(record(deleting, t0 - minutes(6) + minutes(0.02)))
+    forced, forced_event = kueue_force_deleted(deleting, t0 - minutes(4.5), "gpu-131")
+    out.append(record(forced, t0 - minutes(4.5)))
+    out.append(record(forced_event, t0 - minutes(4.5) + minutes(0.01), "ADDED"))
+    out.append(record(forced, t0 - minutes(4.5) + minutes(0.02), "DELETED"))
+    failed = condition("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit", t0 - minutes(4.3))
+    out.append(record(updated(job, conditions=[{**failed, "type": "FailureTarget"}, failed], failed=1, active=0, ready=0), t0 - minutes(4.3) + minutes(0.01)))
+    stopped = _ended(_deleting(pods[0], t0 - minutes(4.3)), 143, t0 - minutes(4.2))
+    out += [record(stopped, t0 - minutes(4.2)), record(stopped, t0 - minutes(4.19), "DELETED")]
+    return out
+
+
+R16_STORIES = {
+    "jaxjob-xid79": jaxjob_fell_off_the_bus,
+    "job-device-taint": job_device_tainted,
+    "job-kueue-force-deleted": job_kueue_force_deleted,
 }

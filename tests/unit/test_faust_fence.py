@@ -34,7 +34,11 @@ PATCHES = (
     "deliver_records_without_tasks_when_nothing_can_wait",  # 9
     "without_per_event_monitor",  # 10
     "read_offsets",  # 11
-    "event_in_hand",  # 12
+    "in_partition",  # 12
+    "hand_fetches_to_stages",  # 13
+    "track",  # 13
+    "ack_offsets",  # 13
+    "back_off_reconnects",  # 14
 )
 
 
@@ -73,7 +77,7 @@ def _rename(path: Path, old: str, new: str) -> None:
 
 def test_the_suite_fails_when_a_patched_attribute_is_renamed(tmp_path: Path) -> None:
     scratch = _faust_copy(tmp_path)
-    # An upgrade renames a method patch 1 replaces and an attribute patches 6 and 11 read.
+    # An upgrade renames a method patch 1 replaces and an attribute patches 6, 11 and 13 read.
     _rename(scratch / "faust/transport/drivers/aiokafka.py", "async def seek_to_committed(self)", "async def seek_to_committed_offsets(self)")
     _rename(scratch / "faust/transport/consumer.py", "self._read_offset", "self._read_offsets")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(scratch), str(ROOT)])}
@@ -87,7 +91,7 @@ def test_the_suite_fails_when_a_patched_attribute_is_renamed(tmp_path: Path) -> 
     )  # fmt: skip
     assert run.returncode == 1, run.stdout + run.stderr
     failed = {line.split("[", 1)[1].split("]", 1)[0] for line in run.stdout.splitlines() if line.startswith("FAILED")}
-    assert failed == {"seek_uncommitted_partitions_to_beginning", "rewind", "hold_read_offsets_on_rewind", "read_offsets"}, run.stdout
+    assert failed == {"seek_uncommitted_partitions_to_beginning", "rewind", "hold_read_offsets_on_rewind", "read_offsets", "hand_fetches_to_stages"}, run.stdout
     assert "seek_to_committed is missing" in run.stdout and "no longer set and read as self._read_offset" in run.stdout
 
     # A worker would not start on it either.

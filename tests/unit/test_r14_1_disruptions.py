@@ -81,7 +81,15 @@ def test_r14_1_a_preempted_pod_task_under_labels_names_no_pod_but_says_why() -> 
     assert verdict.reasons == ["pod hpo-12-trial-1 disrupted by the cluster (PreemptionByScheduler): default-scheduler: preempting to accommodate a higher priority pod"]
 
 
-@pytest.mark.parametrize("reason", DEFAULT_DISRUPTION_REASONS)
+# R14.1's reasons (R16.6 adds two, with lines of their own: tests/unit/test_r16_6_disruptions.py).
+R14_1_REASONS = ("PreemptionByScheduler", "DeletionByTaintManager", "EvictionByEvictionAPI", "DeletionByPodGC", "TerminationByKubelet")
+
+
+def test_r14_1_the_default_reasons_are_r14_1s() -> None:
+    assert set(R14_1_REASONS) <= set(DEFAULT_DISRUPTION_REASONS)
+
+
+@pytest.mark.parametrize("reason", R14_1_REASONS)
 def test_r14_1_each_default_reason_disrupts(reason: str) -> None:
     verdict = pod_task(reason=reason)
     assert (verdict.code, verdict.kind) == ("PodDisrupted", "SYSTEM")
@@ -91,7 +99,7 @@ def test_r14_1_each_default_reason_disrupts(reason: str) -> None:
 @pytest.mark.parametrize(
     ("reason", "status", "rules"),
     [
-        ("DeletionByDeviceTaintManager", "True", DEFAULT_RULES),  # not listed by default
+        ("DeletionByAnOperatorOfItsOwn", "True", DEFAULT_RULES),  # not listed by default
         ("EvictionByEvictionAPI", "False", DEFAULT_RULES),  # the condition withdrawn
         ("EvictionByEvictionAPI", "True", NO_DISRUPTIONS),  # a rule file's `disruption_reasons = []`
     ],
@@ -102,8 +110,8 @@ def test_r14_1_an_unlisted_reason_a_false_condition_or_no_reasons_disrupt_nothin
 
 
 def test_r14_1_a_rule_set_may_list_its_own_reasons_and_they_enter_rules_version() -> None:
-    custom = Rules(disruption_reasons=("DeletionByDeviceTaintManager",))
-    assert pod_task(reason="DeletionByDeviceTaintManager", rules=custom).code == "PodDisrupted"
+    custom = Rules(disruption_reasons=("DeletionByAnOperatorOfItsOwn",))
+    assert pod_task(reason="DeletionByAnOperatorOfItsOwn", rules=custom).code == "PodDisrupted"
     assert len({DEFAULT_RULES.version, custom.version, NO_DISRUPTIONS.version}) == 3  # R10.1
 
 

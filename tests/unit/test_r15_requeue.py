@@ -4,6 +4,7 @@ driver; the same stories under an orchestrator's labels keep R9's answers."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import timedelta
 
 import msgspec
@@ -12,7 +13,7 @@ import pytest
 
 from app.core.stages.gangs import gang_key
 from app.core.base.rules import DEFAULT_RULES, Rules
-from app.model.envelope import WORKLOADS
+from app.model.envelope import JOBS, WORKLOADS
 from app.model.k8s import Job, Workload
 from app.model.records import STUCK_READMISSIONS, GangTransition, StuckReadmission
 from tests.unit.drivers import new_pipeline
@@ -32,7 +33,7 @@ from tests.unit.gang_builders import (
     trainjob_world,
     with_eviction_counts,
 )
-from tests.unit.gang_stories import through_a_gap
+from tests.unit.gang_stories import one_side_folded, through_a_gap
 
 pytestmark = pytest.mark.usefixtures("driver")  # every rule through every driver
 
@@ -352,6 +353,55 @@ def test_r15_7_counts_that_grew_with_an_eviction_seen_reconstruct_nothing() -> N
     world = with_eviction_counts(bare(), ("Preempted", "", 0)).start()
     with_eviction_counts(world, ("Preempted", "", 1)).preempt().suspend().release_quota().readmit().unsuspend().workers_ready()
     assert not any(t.reconstructed for t in transitions(world))
+
+
+def _one_side_folded_stories(folded: str) -> Iterator[tuple[tuple[object, float, bool], GangWorld]]:
+    """A running gang preempted and readmitted with `folded`'s records folded, then
+    completed: a workload attempt and one under an orchestrator's labels, a wait shorter
+    than `watch_skew` and one longer, the folding record the readmission or Kueue's
+    PodsReady after the job ran again."""
+    for labels in ({}, None):
+        for waited in (0.0, 30.0):
+            for ready in (False, True):
+                world = with_eviction_counts(GangWorld(labels=labels, policy="true"), ("Preempted", "", 0)).start().pause(30)
+                yield (labels, waited, ready), one_side_folded(world, waited, folded, ready).pause(30).complete().finish()
+
+
+def test_r15_7_a_counted_eviction_folded_away_while_the_suspension_was_seen_is_reconstructed() -> None:
+    """SPEC R15.7, R12.7 ("never dropped"): two observations of the Workload, neither
+    showing `Evicted=True`, the count grown from 0 to 1 between them; meanwhile the job was
+    seen suspended and resumed. The eviction is reported reconstructed, whether the wait
+    was shorter than `watch_skew` or longer, for a workload attempt and under an
+    orchestrator's labels."""
+    for case, world in _one_side_folded_stories(WORKLOADS):
+        assert [(t.from_, t.to, t.reconstructed) for t in transitions(world)] == [
+            ("Pending", "Running", False),
+            ("Running", "WaitingForReadmission", True),
+            ("WaitingForReadmission", "Running", True),
+            ("Running", "Completed", False),
+        ], case
+
+
+def test_r15_7_a_counted_eviction_folded_away_ends_the_attempt_under_r9_with_the_policy_off() -> None:
+    """R9.4 with the policy off: the suspension seen, its eviction only counted, ends the
+    attempt (a system retry, the counted reason), as a seen preemption would."""
+    world = with_eviction_counts(GangWorld(policy="false"), ("Preempted", "", 0)).start().pause(30)
+    got = transitions(one_side_folded(world, 30.0, WORKLOADS).pause(30).complete().finish())
+    assert [(t.from_, t.to, t.code, t.retry, t.reconstructed) for t in got] == [
+        ("Pending", "Running", None, None, False),
+        ("Running", "Ended", "GangEvicted", "system", False),
+    ]
+    assert got[-1].cause is not None and got[-1].cause.reason == "Preempted"
+
+
+def test_r12_7_an_eviction_seen_while_the_jobs_suspension_was_folded_away_is_reported() -> None:
+    """R12.7 ("never dropped"): the Workload's records show Kueue's eviction and its
+    readmission; the job's watch relisted and shows it running again, its `Suspended`
+    condition False with a time after the eviction (so it was suspended in between). The
+    preemption and the readmission are reported, for a workload attempt and under an
+    orchestrator's labels."""
+    for case, world in _one_side_folded_stories(JOBS):
+        assert path(world) == [*WAITED_AND_BACK, ("Running", "Completed")], case
 
 
 def test_r15_4_the_reports_are_the_same_whether_the_readmission_or_the_progress_past_the_limit_comes_first() -> None:

@@ -3,6 +3,8 @@ offsets an agent sees; the crash tests on a real broker are in tests/integration
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import pytest
 
 # --- the safety net under the delivery guarantee: an agent never skips an offset --------------
@@ -59,15 +61,12 @@ class _FakeCommitted:
         return self.offset
 
 
-def _message(offset: int):
-    from faust.types import TP
+class _TP(NamedTuple):  # Faust's TP
+    topic: str
+    partition: int
 
-    class Message:  # the fields Continuity reads
-        pass
 
-    m = Message()
-    m.tp, m.offset = TP("t.k8s.pods", 2), offset
-    return m
+TP_ = _TP("t.k8s.pods", 2)
 
 
 def _run(continuity, offsets: list[int]) -> list[int]:
@@ -75,7 +74,7 @@ def _run(continuity, offsets: list[int]) -> list[int]:
     import asyncio
 
     async def run() -> list[int]:
-        return [offset for offset in offsets if await continuity.check(_message(offset))]
+        return [offset for offset in offsets if await continuity.check(TP_, offset)]
 
     return asyncio.run(run())
 
@@ -118,10 +117,10 @@ def test_r7_3_a_rebalance_starts_the_offset_check_over() -> None:
     continuity = Continuity(app, "pod_stage", _FakeCommitted(None))
 
     async def run() -> None:
-        assert await continuity.check(_message(0))
+        assert await continuity.check(TP_, 0)
         app.consumer_generation_id = 2  # the partition went elsewhere and came back
         continuity.committed = _FakeCommitted(40)
-        assert await continuity.check(_message(40))
+        assert await continuity.check(TP_, 40)
 
     asyncio.run(run())
 
@@ -140,12 +139,12 @@ def test_r7_3_a_rewind_whose_records_never_come_is_made_again_then_stops_the_wor
     continuity = Continuity(app, "pods_stage", _FakeCommitted(5))
 
     async def run() -> None:
-        assert not await continuity.check(_message(9))  # 5..8 missing: rewind to 5
-        assert not await continuity.check(_message(10))  # fetched before it: skipped
+        assert not await continuity.check(TP_, 9)  # 5..8 missing: rewind to 5
+        assert not await continuity.check(TP_, 10)  # fetched before it: skipped
         await continuity.when_idle({"t.k8s.pods"})
         assert app.consumer.seeks == [5]  # not overdue yet
         now[0] += REWIND_PATIENCE_SECONDS + 1
-        assert not await continuity.check(_message(11))  # still not 5: overdue, asked again
+        assert not await continuity.check(TP_, 11)  # still not 5: overdue, asked again
         assert app.consumer.seeks == [5, 5]
         for _ in range(MAX_REWINDS - 2):
             now[0] += REWIND_PATIENCE_SECONDS + 1
@@ -170,7 +169,7 @@ def test_r7_3_records_handed_over_while_a_rewind_seeks_do_not_move_the_read_offs
     app = _FakeApp()
     consumer = app.consumer
     consumer._read_offset = HeldReadOffsets(consumer)
-    tp = _message(0).tp
+    tp = TP_
     consumer._read_offset[tp] = 3_900  # read that far before the rewind
     consumer.on_call_thread = lambda: consumer._read_offset.__setitem__(tp, 3_901)  # handed over meanwhile
     asyncio.run(rewind(app, tp, 1_794))
@@ -189,11 +188,11 @@ def test_r7_3_a_hole_at_a_partitions_end_is_found_without_a_later_record() -> No
     from app.stream.continuity import Continuity
 
     app = _FakeApp()
-    tp = _message(0).tp
+    tp = TP_
     continuity = Continuity(app, "pods_stage", _FakeCommitted(143))
 
     async def run() -> None:
-        assert await continuity.check(_message(143))
+        assert await continuity.check(TP_, 143)
         app.consumer.positions[tp] = 144
         await continuity.when_idle({tp.topic})
         await continuity.when_idle({tp.topic})
@@ -202,12 +201,12 @@ def test_r7_3_a_hole_at_a_partitions_end_is_found_without_a_later_record() -> No
         await continuity.when_idle({"t.k8s.events"})
         await continuity.when_idle({tp.topic})
         assert app.consumer.seeks == []  # once may be records on their way
-        assert await continuity.check(_message(144))  # one came: start the count again
+        assert await continuity.check(TP_, 144)  # one came: start the count again
         await continuity.when_idle({tp.topic})
         assert app.consumer.seeks == []
         await continuity.when_idle({tp.topic})
         assert app.consumer.seeks == [145]
-        assert await continuity.check(_message(145))  # the rewind took effect
+        assert await continuity.check(TP_, 145)  # the rewind took effect
 
     asyncio.run(run())
 
@@ -218,9 +217,9 @@ def test_r7_3_a_partition_nothing_was_read_of_since_assignment_is_checked_from_i
     from app.stream.continuity import Continuity
 
     app = _FakeApp()
-    tp = _message(0).tp
+    tp = TP_
     continuity = Continuity(app, "jobs_stage", _FakeCommitted(143))
-    asyncio.run(continuity.check(_message(143)))  # then a rebalance: no record of tp came after it
+    asyncio.run(continuity.check(TP_, 143))  # then a rebalance: no record of tp came after it
     app.consumer_generation_id = 2
     app.consumer.positions[tp] = 342
 
@@ -239,13 +238,13 @@ def test_r7_3_a_committed_offset_that_stays_behind_acknowledged_records_is_said_
     from app.stream.continuity import LAG_CHECKS, Continuity
 
     app = _FakeApp()
-    tp = _message(0).tp
+    tp = TP_
     continuity = Continuity(app, "pods_stage", _FakeCommitted(140))
     app.consumer.positions[tp] = 143
 
     async def run() -> None:
         for offset in (140, 141, 142):
-            assert await continuity.check(_message(offset))
+            assert await continuity.check(TP_, offset)
         for _ in range(LAG_CHECKS + 3):
             await continuity.when_idle({tp.topic}, acked=False)  # a batch unwritten: no commit yet
         for _ in range(LAG_CHECKS + 3):

@@ -50,12 +50,39 @@ def test_an_outage_is_one_line_when_it_starts_one_a_minute_while_it_lasts_and_on
     logger, logs = client
     refused(logger, 3000, clock, every=0.03)  # 90 s of refused connections
     logger.info("Discovered coordinator 1 for group faultline")  # the broker answers
+    assert len(lines(caplog)) == 2  # over once what follows the answer has settled
+    clock.now += 10
+    logs.tick()
     said = lines(caplog)
     assert [level for level, _ in said] == ["WARNING", "WARNING", "INFO"], said
     assert said[0][1].startswith("Kafka is unreachable: Unable connect to node with id 1: [Errno 111] Connection refused.")
     assert said[1][1].startswith("Kafka still unreachable after 60s: ") and "failed attempt(s) so far" in said[1][1]
-    assert said[2][1].startswith("Kafka reachable again (the broker answered): unreachable for 90.0s, 3000 failed attempt(s)")
+    assert said[2][1].startswith("Kafka reachable again (the broker answered): unreachable for 90.0s, 3000 failed attempt(s), 0 producer retries")
     assert logs.outages == 1
+
+
+def test_the_producer_s_retries_while_the_broker_comes_back_are_counted_into_the_last_line(client, clock, caplog):
+    """After a broker crash its partitions have no leader for a moment: aiokafka's producer
+    writes a WARNING for each batch it retries (~115 after a crash, issue 37)."""
+    caplog.set_level(logging.INFO)
+    logger, logs = client
+    refused(logger, 50, clock, every=0.1)
+    logger.info("Discovered coordinator 1 for group faultline")
+    for _ in range(115):
+        logger.warning("Got error produce response on topic-partition %s, retrying. Error: %s", "TopicPartition(topic='t', partition=0)",
+                       "<class 'aiokafka.errors.NotLeaderForPartitionError'>")  # fmt: skip
+        clock.now += 0.02
+    clock.now += 6.7
+    logs.tick()
+    assert len(lines(caplog)) == 1  # answered 9 s ago: still settling
+    clock.now += 1.1
+    logs.tick()
+    said = lines(caplog)
+    assert [level for level, _ in said] == ["WARNING", "INFO"], said
+    assert said[1][1].startswith("Kafka reachable again (the broker answered): unreachable for 5.0s, 50 failed attempt(s), 115 producer retries")
+    clock.now += 10
+    logger.warning("Got error produce response on topic-partition %s, retrying. Error: %s", "tp", "KafkaTimeoutError")
+    assert lines(caplog)[-1][0] == "WARNING"  # without an outage, a retry is said as written
 
 
 def test_an_outage_is_over_when_nothing_failed_for_a_while(client, clock, caplog):
@@ -76,6 +103,8 @@ def test_the_reconnections_echoes_are_not_a_new_outage_but_a_later_outage_is(cli
     logger.warning("Marking the coordinator dead (node 1)for group faultline.")  # the reconnection settling
     refused(logger, 5, clock)
     logger.info("Discovered coordinator 1 for group faultline")
+    clock.now += 10
+    logs.tick()
     assert len(lines(caplog)) == 2 and logs.outages == 1
     clock.now += 30
     refused(logger, 5, clock)
@@ -89,6 +118,8 @@ def test_a_coordinator_being_elected_at_a_first_start_is_information_not_an_erro
     clock.now += 0.5
     logger.error("Group Coordinator Request failed: %s", "[Error 15] GroupCoordinatorNotAvailableError")
     logger.info("Discovered coordinator 1 for group faultline")
+    clock.now += 10
+    logs.tick()
     said = lines(caplog)
     assert [level for level, _ in said] == ["INFO", "INFO"], said
     assert "Kafka is electing one" in said[0][1] and said[1][1].startswith("the consumer group's coordinator is available")

@@ -1,7 +1,7 @@
 """Record times the rules can use (SPEC R11.3 out-of-range times, R11.4 clock faults).
 
-Both are checked on a source record before it is folded or moves stream time, by every
-driver (`topology.time_fault`).
+Both are judged on a source record before it is folded or moves stream time, by every
+driver (the runner).
 
 - Out of range: the rules add to and take from a record's time (windows, retention,
   skews); a time closer than that to the calendar's ends (0001-01-01, 9999-12-31) would
@@ -11,13 +11,14 @@ driver (`topology.time_fault`).
   first and last seen) are held to the same range by the folds that read them
   (`require_in_range`): their record is refused.
 - Clock fault: a change observed more than `max_clock_skew` after its topic's watermark
-  at the stage. The watermark follows the bridge's own progress (R12), so the bridge's
-  clock cannot be that far ahead of what it has already said. The check needs the
-  watermark of the record's own topic and cluster (the stage's least watermark over
-  several topics can lag because the reader does): before it exists there is nothing to
-  measure against — without progress, a quiet gap of hours between records is
-  legitimate, and a trace without BOOKMARKs is never checked. Progress records are never
-  clock faults: progress is how stream time legitimately jumps after a quiet gap.
+  at the stage. It is counted and folded, but moves no stream time: a bridge's clock
+  running ahead and a watch that was down look the same here (a stopped watch's progress
+  stops too, R12.2, so its backlog arrives far ahead of the last progress), and a restart
+  must lose nothing (R12.7), so only stream time is protected (the watermark, once
+  progress has come, is stream time anyway). The check needs the watermark of the
+  record's own topic and cluster: before it exists there is nothing to measure against.
+  Progress records are never clock faults: progress is how stream time legitimately
+  jumps after a quiet gap.
 """
 
 from __future__ import annotations

@@ -31,13 +31,16 @@ DEFAULT_CHILD_POD_LABELS = (
 )
 
 
-# R14.1: the DisruptionTarget reasons of the control plane and the kubelet (Rules.disruption_reasons).
+# R14.1: the DisruptionTarget reasons of the control plane and the kubelet; R16.6: a DRA
+# device taint's, and Kueue's failure recovery's (Rules.disruption_reasons).
 DEFAULT_DISRUPTION_REASONS = (
     "PreemptionByScheduler",
     "DeletionByTaintManager",
     "EvictionByEvictionAPI",
     "DeletionByPodGC",
     "TerminationByKubelet",
+    "DeletionByDeviceTaintManager",
+    "KueueForcefullyDeleted",
 )
 
 
@@ -155,12 +158,16 @@ class Rules(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True):
     # R3: the Xid table is part of the rule set.
     xid: XidTable = DEFAULT_XID_TABLE
     # R14.1: the `DisruptionTarget` pod condition reasons that say the cluster disrupted a
-    # pod; empty: disruptions never decide a verdict. The reasons Kubernetes writes:
-    # kubernetes/api core/v1/types.go (PodReasonPreemptionByScheduler,
+    # pod; empty: disruptions never decide a verdict. The reasons Kubernetes (v1.37.2)
+    # writes: kubernetes/api core/v1/types.go (PodReasonPreemptionByScheduler,
     # PodReasonTerminationByKubelet), kubernetes/kubernetes
     # pkg/controller/tainteviction/taint_eviction.go (DeletionByTaintManager),
     # pkg/registry/core/pod/storage/eviction.go (EvictionByEvictionAPI),
-    # pkg/controller/podgc/gc_controller.go (DeletionByPodGC).
+    # pkg/controller/podgc/gc_controller.go (DeletionByPodGC),
+    # pkg/controller/devicetainteviction/device_taint_eviction.go (DeletionByDeviceTaintManager,
+    # R16.6: a DRA device tainted NoExecute). And R16.6's Kueue failure recovery, whose
+    # KueueFailureRecovery pod condition and Warning Event both carry KueueForcefullyDeleted
+    # (kueue v0.19.2 pkg/controller/failurerecovery/pod_termination_controller.go).
     disruption_reasons: tuple[str, ...] = DEFAULT_DISRUPTION_REASONS
     # R14.3: the action advised for a GPU the kubelet reports Unhealthy (R14.2,
     # docs/rules.md says why a GPU reset); an Unknown health advises nothing (UNKNOWN).

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 import msgspec
 from msgspec.structs import replace
 
-from app.core.base.clock import clock_fault, out_of_range
+from app.core.base.clock import out_of_range
 from app.core.base.dead_letters import dead_letter
 from app.core.base.emit import Emit
 from app.core.base.progress import NO_PROGRESS, Watermarks, progress_of, settles
@@ -270,18 +270,23 @@ class Runner:
             if record.type == BOOKMARK:
                 return replace(self.progress(scope, store, source, record), time=(cluster, at))
             marks = scope.marks.marks
-            if marks:  # R11.4: a clock fault against its topic's watermark
-                where = f"{cluster}/{topic}"
-                mark = marks.get(where)
-                fault = clock_fault(at, mark, where, self.rules) if mark is not None and at - mark > self._skew else None
-                if fault is not None:
+            if marks:  # R11.4: far ahead of its topic's watermark
+                mark = marks.get(f"{cluster}/{topic}")
+                if mark is not None and at - mark > self._skew:
+                    # A watch that was down delivers its backlog like this (the watermark
+                    # stopped with it): folded, counted, moving no stream time.
                     self.counts["clock_faults"] += 1
-                    return self._rejected(source, fault, raw, None, False)
+                    return self._fold(scope, store, source, record, raw, None)
         latest = scope.latest
         known = latest.get(cluster)
         if known is None or at > known:
             latest[cluster] = at
-        time = (cluster, at)
+        return self._fold(scope, store, source, record, raw, (cluster, at))
+
+    def _fold(self, scope: Scope, store: StateStore | None, source: Source, record: StageRecord, raw: Raw, time: tuple[str, datetime] | None) -> Outcome:
+        """The record (in time, or `time` None: far ahead of its topic's progress) through
+        its key's fold under the policy."""
+        topic = source.topic
         keyed, fold = self._inputs[topic]
         key = keyed(source.key, record)
         if key is None:
@@ -409,12 +414,6 @@ class Runner:
             scope.waiting.discard(key)
         if scope.expiring is not None:
             scope.expiring.discard(key)
-
-    def unwait(self, scope: Scope, key: str) -> None:
-        """An expired state the driver could not drop yet no longer waits; it is found
-        expired again at the next sweep."""
-        if scope.waiting is not None:
-            scope.waiting.discard(key)
 
 
 def encoded(out: Out) -> bytes:

@@ -21,7 +21,8 @@ never expected), an output that cannot be encoded or a value past `max_value_byt
 fails its record only: it is dead-lettered with the reason and processing goes on (SPEC
 R11.3, R11.5). Folds return new states and never change the one they were given, so the
 stored state is the state before the record. A source record whose time cannot be used
-(`time_fault`: out of range, or a clock fault, R11.4) is dead-lettered before it is folded.
+(out of range, R11.3) is dead-lettered before it is folded; one far ahead of its topic's
+progress (a clock fault, R11.4) is folded but moves no stream time (the runner).
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ import msgspec
 
 from app.core.stages.attempts import AttemptState, attempt_expires_at, fold_attempt
 from app.core.stages.attempt_goodput import attempt_waits_until, settle_attempt
-from app.core.base.clock import clock_fault, out_of_range
 from app.core.base.emit import DROPPED, Emit
 from app.core.fleet.fold import FleetStats, fleet_expires_at, fleet_waits_until, fold_fleet, settle_fleet
 from app.core.stages.gangs import GangStateData, fold_gang, gang_expires_at, gang_waits_until, route_workload_record, settle_gang
@@ -232,19 +232,6 @@ def settle(stage: Stage, state: Any, key: str, rules: Rules, marks: Watermarks) 
         return _checked(stage, key, state, stage.settle(state, key, rules, marks), rules)
     except Exception as exc:  # noqa: BLE001 - one state's failure must not stop the stage
         return _failure(stage, exc, f"to settle {key[:256]}")
-
-
-def time_fault(topic: str, record: StageRecord, marks: Watermarks, rules: Rules) -> str | None:
-    """SPEC R11.3, R11.4: why a source record's time cannot be used (out of range, or a
-    clock fault against its topic's watermark at the stage), or None. A driver
-    dead-letters such a record before it folds it or moves stream time with it."""
-    if topic in INTERNAL_TOPICS:  # their times are source records' times, checked at the first stage
-        return None
-    at = record.observed_at
-    reason = out_of_range(at, rules)
-    if reason is not None or progress_in(record):
-        return reason
-    return clock_fault(at, marks.of(record.cluster, topic), f"{record.cluster}/{topic}", rules)
 
 
 # --- progress (SPEC R12) -------------------------------------------------------------------

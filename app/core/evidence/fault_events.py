@@ -33,7 +33,8 @@ class FaultEvent(msgspec.Struct, frozen=True):
     count: int
 
 
-def _regarding(event: Event):
+def regarding_of(event: Event):
+    """The object an Event is about (core/v1 involvedObject, events.k8s.io/v1 regarding)."""
     return event.involved_object or event.regarding
 
 
@@ -48,7 +49,9 @@ def _reported_from(event: Event) -> str:
     return source.host if source is not None else ""
 
 
-def _reporter(event: Event) -> str:
+def reporter_of(event: Event) -> str:
+    """R2.7d: reportingController (events.k8s.io/v1), else reportingComponent (core/v1), else
+    source.component."""
     if event.reporting_controller:
         return event.reporting_controller
     if event.reporting_component:
@@ -57,11 +60,16 @@ def _reporter(event: Event) -> str:
     return source.component if source is not None else ""
 
 
+def event_first_seen(event: Event) -> datetime | None:
+    """R2.4: eventTime, else firstTimestamp, else metadata.creationTimestamp (not yet capped, R2.7c)."""
+    return event.event_time or event.first_timestamp or event.deprecated_first_timestamp or event.metadata.creation_timestamp
+
+
 def _timing(event: Event, observed_at: datetime) -> tuple[datetime, datetime, int] | None:
     # R2.4: first_seen = eventTime | firstTimestamp | creationTimestamp;
     # last_seen = series.lastObservedTime | lastTimestamp | first_seen.
     # R2.7c: a client wrote them; the bridge saw the Event at `observed_at`, so neither is later.
-    first = event.event_time or event.first_timestamp or event.deprecated_first_timestamp or event.metadata.creation_timestamp
+    first = event_first_seen(event)
     if first is None:
         return None
     series = event.series
@@ -78,7 +86,7 @@ def _timing(event: Event, observed_at: datetime) -> tuple[datetime, datetime, in
 def fault_event_of(event: Event, observed_at: datetime, table: XidTable = DEFAULT_XID_TABLE) -> FaultEvent | None:
     """The fault this Event records, seen by the bridge at `observed_at`, or None if it
     records none (never raises)."""
-    regarding = _regarding(event)
+    regarding = regarding_of(event)
     if event.type != "Warning" or event.reason not in FAULT_REASONS:
         return None  # R2.1
     if regarding is None or regarding.kind != POD or not regarding.uid:
@@ -97,7 +105,7 @@ def fault_event_of(event: Event, observed_at: datetime, table: XidTable = DEFAUL
         namespace=regarding.namespace or event.metadata.namespace,
         event_namespace=event.metadata.namespace,
         reported_from=_reported_from(event),
-        reporter=_reporter(event),
+        reporter=reporter_of(event),
         parsed=parsed,
         first_seen=first,
         last_seen=last,

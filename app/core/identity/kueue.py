@@ -2,8 +2,10 @@
 
 kueue.x-k8s.io v1beta1 and v1beta2 carry the same condition types and reasons (Kueue's
 apis/kueue/*/workload_types.go), so one reading serves both; v1beta2 adds
-`status.schedulingStats.evictions` (counts by reason and underlying cause). Pure
-functions, no I/O.
+`status.schedulingStats.evictions` (counts by reason and underlying cause). Kueue v0.19.2,
+its newest release (no v0.20 exists; main is v0.20.0-devel), serves both versions,
+v1beta1 deprecated and v1beta2 stored (SPEC R16.7 says v0.20 serves v1beta2 only): the
+bridge prefers v1beta2. Pure functions, no I/O.
 """
 
 from __future__ import annotations
@@ -28,10 +30,19 @@ FINISHED = "Finished"
 # the annotation kueue.x-k8s.io/workload-slice-replacement-for).
 SLICE_REPLACED = "WorkloadSliceReplaced"
 
-# Evicted reasons faultline treats specially; every other one ends the attempt as a system
-# retry (R9.5): PodsReadyTimeout, AdmissionCheck, ClusterQueueStopped, LocalQueueStopped,
-# NodeFailures, WorkloadSliceReplaced, EvictedOnManagerCluster, FlavorMigration,
-# Deactivated, DeactivatedDueTo<cause>, v1beta1's InactiveWorkload, unknown reasons.
+# Evicted reasons faultline treats specially; every other one is an eviction a workload
+# attempt waits out (R15.2) and, under an orchestrator's labels, ends the attempt as a
+# system retry (R9.5, R16.7). The reasons Kueue v0.19.2 writes (the same on main):
+# apis/kueue/v1beta2/workload_types.go PodsReadyTimeout, AdmissionCheck,
+# ClusterQueueStopped, LocalQueueStopped, NodeFailures, Deactivated, FlavorMigration (on a
+# concurrent admission's variant Workload, whose controller is its parent Workload: no
+# job's, so no gang reads it); pkg/controller/concurrentadmission/controller.go
+# VariantEvicted, ConcurrentAdmission (literals, on the parent Workload, the job's);
+# Deactivated<cause> as `DeactivatedDueTo<cause>` (pkg/workload/patching/
+# patching.go ReasonWithCause), the cause the DeactivationTarget condition's reason:
+# RequeuingLimitExceeded, MaximumExecutionTimeExceeded (the task's: below), AdmissionCheck,
+# EvictedOnManagerCluster (MultiKueue); and v1beta1's InactiveWorkload, unknown reasons.
+# WorkloadSliceReplaced is a Finished reason (R15.1), not an eviction.
 PREEMPTION = "Preempted"
 DEACTIVATED = "Deactivated"
 MAX_EXECUTION_TIME = "DeactivatedDueToMaximumExecutionTimeExceeded"

@@ -123,7 +123,7 @@ class JobSet(WorkloadKind):
 
     def counters(self, job: Job) -> dict[str, int]:
         status = job.status
-        found = {WHOLE: status.restarts}
+        found = {WHOLE: status.restarts} if status.restarts else {}  # most JobSets: none (a smaller state)
         for replicated in status.replicated_jobs_status:
             for index, count in enumerate(replicated.job_restarts[:MAX_JOB_COUNTERS]):
                 if count and len(found) <= MAX_JOB_COUNTERS:

@@ -1,8 +1,13 @@
 """Kubeflow training-operator v1 jobs (`kubeflow.org`: PyTorchJob, TFJob, MPIJob — MPIJob
-also at mpi-operator's `v2beta1`): tracked resources under an orchestrator's labels (SPEC
-R1) or workload attempts (R13). Their pods name the job as controller and carry
-`training.kubeflow.org/job-name` (R4.2, R13.4); Kueue suspends them in
-`spec.runPolicy.suspend` (R15)."""
+also at mpi-operator's `v2beta1` — and JAXJob, SPEC R16.5): tracked resources under an
+orchestrator's labels (SPEC R1) or workload attempts (R13). Their pods name the job as
+controller and carry `training.kubeflow.org/job-name` (R4.2, R13.4); Kueue suspends them
+in `spec.runPolicy.suspend` (R15).
+
+The v1 operator's newest release is kubeflow/trainer v1.9.4 (branch release-1.9; the
+kubeflow/training-operator repository's tags stop at v1.9.0): its
+pkg/apis/kubeflow.org/v1/common_types.go holds the labels and condition types read here,
+and pkg/util/status.go names each reason `<Kind><Reason>` (`JAXJobFailed`, …)."""
 
 from __future__ import annotations
 
@@ -16,7 +21,7 @@ from app.model.facts import GenerationEnd, JobFacts, PodFacts
 from app.model.k8s import Job
 
 GROUP: Final = "kubeflow.org"
-# training-operator pkg/apis/kubeflow.org/v1/common_types.go: JobNameLabel; the conditions.
+# kubeflow/trainer v1.9.4 pkg/apis/kubeflow.org/v1/common_types.go: JobNameLabel; the conditions.
 JOB_NAME: Final = "training.kubeflow.org/job-name"
 RUNNING: Final = "Running"
 SUCCEEDED: Final = "Succeeded"
@@ -64,3 +69,7 @@ class KubeflowJob(WorkloadKind):
 PYTORCHJOB = KubeflowJob("PyTorchJob", ("v1",), "pytorchjobs")
 TFJOB = KubeflowJob("TFJob", ("v1",), "tfjobs")
 MPIJOB = KubeflowJob("MPIJob", ("v2beta1", "v1"), "mpijobs")
+# R16.5: kubeflow/trainer v1.9.4 pkg/apis/kubeflow.org/v1/jax_types.go (JAXJobKind, JAXJobPlural;
+# served at v1 only, manifests/base/crds/kubeflow.org_jaxjobs.yaml). One replica type, Worker;
+# its pods `<job>-worker-<i>`, labelled `training.kubeflow.org/operator-name: jaxjob-controller`.
+JAXJOB = KubeflowJob("JAXJob", ("v1",), "jaxjobs")

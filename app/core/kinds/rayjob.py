@@ -31,11 +31,18 @@ RAY_CLUSTER_KIND: Final = "RayCluster"
 # ray-operator/controllers/ray/utils/constant.go RayClusterLabelKey: on every pod of a
 # RayCluster (common/pod.go labelPod); a RayJob's cluster is its status.rayClusterName.
 RAY_CLUSTER: Final = "ray.io/cluster"
-# rayjob_types.go JobDeploymentStatus
+# rayjob_types.go JobDeploymentStatus (KubeRay v1.7.0)
 RUNNING: Final = "Running"
 COMPLETE: Final = "Complete"
 DEPLOYMENT_FAILED: Final = "Failed"
 RETRYING: Final = "Retrying"
+# SPEC R16.4: a RayJob that failed its validation (rayjob_controller.go, validateRayJob):
+# reason ValidationFailed, no RayCluster, no endTime, and the controller never leaves it.
+VALIDATION_FAILED: Final = "ValidationFailed"
+# R16.4: what KubeRay still acts on: not an end, whatever `jobStatus` says (a try's
+# jobStatus FAILED stays while KubeRay decides between Failed and Retrying, and `Retrying`
+# keeps it until the retry resets the status; `Waiting`: InteractiveMode, for a job id).
+NOT_ENDED: Final = frozenset({"", "Initializing", RUNNING, "Waiting", RETRYING, "Suspending", "Suspended"})
 JOB_FAILED: Final = "FAILED"  # rayjob_types.go JobStatusFailed
 JOB_SUCCEEDED: Final = "SUCCEEDED"
 
@@ -57,8 +64,11 @@ class RayJob(WorkloadKind):
     def join_key(self, cluster: str, job: Job, attempt: AttemptId, trim: Trim) -> str | None:
         """Its RayCluster's key; none while it has no cluster of its own yet, or when it runs
         on an existing RayCluster whose pods belong to the cluster, not to this job
-        (docs/rules.md)."""
+        (docs/rules.md). R16.4: a RayJob that failed its validation before it had a cluster
+        never will have one: its own key, where it fails with no pods."""
         ray_cluster = trim.token(job.status.ray_cluster_name)
+        if not ray_cluster and job.status.job_deployment_status == VALIDATION_FAILED:
+            return attempt.key
         if job.spec.cluster_selector or not ray_cluster:
             return None
         return ray_cluster_key(cluster, job.metadata.namespace, ray_cluster)
@@ -95,15 +105,26 @@ class RayJob(WorkloadKind):
 
     def failure(self, job: Job) -> CrdFailure | None:
         """R6.1: `status.reason` (else `RayJobFailed`), dated by a Failed condition if any,
-        else the RayJob's own `status.endTime` (R5.2, R12.7)."""
+        else the RayJob's own `status.endTime` (R5.2, R12.7; none for ValidationFailed: the
+        record that first showed it dates it).
+
+        R16.4: the deployment status decides. `Failed` ends the attempt even when `jobStatus`
+        is not terminal (ray-project/kuberay#2314: a failed submitter leaves it RUNNING);
+        `ValidationFailed` ends it (a USER failure with no pods); `jobStatus: FAILED` ends it
+        only once KubeRay no longer acts on it (a deployment `Complete`, as KubeRay before
+        v1.1 wrote for any finished job): while `Running` KubeRay still chooses between
+        `Failed` and `Retrying`, and `Retrying`, `Waiting` are no ends."""
         failed = true_condition(job.status.conditions, FAILED)
         status = job.status
-        if status.job_deployment_status == RETRYING:
+        deployment = status.job_deployment_status
+        if deployment == RETRYING:
             return None  # R16.4: the try failed, the RayJob goes on (`counters`)
-        if failed is None and status.job_deployment_status != DEPLOYMENT_FAILED and status.job_status != JOB_FAILED:
-            return None
+        if failed is None and deployment not in (DEPLOYMENT_FAILED, VALIDATION_FAILED):
+            if status.job_status != JOB_FAILED or deployment in NOT_ENDED:
+                return None
         message = status.message or (failed.message if failed else "")
-        return CrdFailure(status.reason or "RayJobFailed", message, failed.last_transition_time if failed else status.end_time)
+        code = status.reason or (VALIDATION_FAILED if deployment == VALIDATION_FAILED else "RayJobFailed")
+        return CrdFailure(code, message, failed.last_transition_time if failed else status.end_time)
 
     def completed(self, job: Job) -> bool:
         return job.status.job_status == JOB_SUCCEEDED or job.status.job_deployment_status == COMPLETE
@@ -112,10 +133,15 @@ class RayJob(WorkloadKind):
         return job.status.job_deployment_status == RUNNING  # Kueue's PodsReady for the kind
 
     def end(self, job: Job) -> End | None:
-        """Kueue's Finished for a RayJob: the deployment status."""
+        """Kueue's Finished for a RayJob: the deployment status `Complete` or `Failed`
+        (`Retrying`, `Waiting` are no ends, R16.4). And `ValidationFailed`, which Kueue does
+        not count as finished (its quota stays held) but KubeRay never leaves: the RayJob's
+        own end, as its verdict says (R15.3)."""
         status = job.status
         if status.job_deployment_status == COMPLETE:
             return End(COMPLETED, status.job_status or COMPLETE, status.message)
         if status.job_deployment_status == DEPLOYMENT_FAILED:
             return End(ENDED, status.reason or "RayJobFailed", status.message)
+        if status.job_deployment_status == VALIDATION_FAILED:
+            return End(ENDED, status.reason or VALIDATION_FAILED, status.message)
         return None

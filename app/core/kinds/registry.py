@@ -11,7 +11,7 @@ from app.core.base.rules import AttemptLabels, Rules
 from app.core.kinds.base import Api, Route, WorkloadKind, group_of
 from app.core.kinds.batch_job import BatchJob
 from app.core.kinds.jobset import JobSet
-from app.core.kinds.kubeflow import MPIJOB, PYTORCHJOB, TFJOB
+from app.core.kinds.kubeflow import JAXJOB, MPIJOB, PYTORCHJOB, TFJOB
 from app.core.kinds.pod import Pod
 from app.core.kinds.rayjob import RayJob
 from app.core.kinds.trainjob import TrainJob
@@ -21,7 +21,7 @@ from app.model.facts import OwnerFacts, PodFacts
 POD, RAYJOB, JOBSET, TRAINJOB, BATCH_JOB = Pod(), RayJob(), JobSet(), TrainJob(), BatchJob()
 
 # The workload kinds (R1, R13.2), in the order the bridge lists them.
-KINDS: Final[tuple[WorkloadKind, ...]] = (POD, RAYJOB, PYTORCHJOB, TFJOB, MPIJOB, JOBSET, TRAINJOB, BATCH_JOB)
+KINDS: Final[tuple[WorkloadKind, ...]] = (POD, RAYJOB, PYTORCHJOB, TFJOB, MPIJOB, JAXJOB, JOBSET, TRAINJOB, BATCH_JOB)
 
 # What else the bridge watches: Events (faults, R2; keyed by the object they are about, so
 # a pod's Events share its partition) and Kueue's Workloads (R9, R15: the version the
@@ -38,7 +38,7 @@ _BY_NAME: Final = {k.name: k for k in KINDS}
 _OWNERS: Final = {key: k for key, k in _BY_API.items() if k is not POD}
 # R13.4: pods are routed by the first kind that claims them; those after the GPU gate only
 # when the pod asks for a GPU (a CPU-only Job and its pods create no attempt state at all).
-_ROUTES_ANY_POD: Final = (JOBSET, PYTORCHJOB, TFJOB, MPIJOB)
+_ROUTES_ANY_POD: Final = (JOBSET, PYTORCHJOB, TFJOB, MPIJOB, JAXJOB)
 _ROUTES_GPU_POD: Final = (RAYJOB, BATCH_JOB, POD)
 
 

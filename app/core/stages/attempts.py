@@ -88,8 +88,10 @@ def _relevant_faults(pods: list[PodFacts], failed_at: datetime, clamp: bool, sin
 
 
 def _disrupted(pods: list[PodFacts], failed_at: datetime, clamp: bool, rules: Rules) -> list[PodFacts]:
-    """R14.1: the candidate pods disrupted by the cluster within their relevance interval."""
-    return [p for p in pods if p.disruption is not None and disrupted_within(p, anchor_of(p, failed_at, clamp), rules)]
+    """R14.1, R16.6: the candidate pods disrupted by the cluster within their relevance
+    interval, each as its deciding disruption shows it."""
+    disrupted = (disrupted_within(p, anchor_of(p, failed_at, clamp), rules) for p in pods if p.disruption is not None or p.force_deleted is not None)
+    return [p for p in disrupted if p is not None]
 
 
 def _outcome(

@@ -54,7 +54,7 @@ from app.core.stages.gang_observations import (
     later_of,
     newest_workload,
 )
-from app.core.stages.gang_times import WorkloadTimeline, job_times
+from app.core.stages.gang_times import WorkloadTimeline, job_times, resumed_unseen
 from app.model.envelope import JOBS, WORKLOADS
 from app.model.records import (
     GANG_EVICTED,
@@ -140,6 +140,7 @@ def decide(state: GangStateData, horizon: Horizon, skew: timedelta) -> tuple[lis
     requeued = track.requeued
     workload = _Known.of(newest_workload(state.workloads), horizon.workloads)
     steps: list[Status] = []
+    claimed: set[int] = set()  # Workload views whose counted eviction explained a suspension (R15.7)
     started = False
     i = 0
     while i < len(views):
@@ -165,12 +166,23 @@ def decide(state: GangStateData, horizon: Horizon, skew: timedelta) -> tuple[lis
                 return steps, True
             # Evictions Kueue counted while it ran, that no observation showed (R15.7).
             until = times[i + 1] if i + 1 < len(views) else later_of(horizon.jobs, track.clock)
+            suspension_next = i + 1 < len(views) and views[i + 1].suspended
             if workload.timeline is not None and until is not None:
                 timeline = workload.timeline
-                for k, reason, cause in timeline.hidden_evictions(began, until):
+                for k, reason, cause in timeline.hidden_evictions(began, until, suspension_next):
+                    if k in claimed:
+                        continue  # the suspension before this stretch was explained by it
                     for status in _reconstructed(timeline.views[k].observed_at, timeline.times[k], reason, cause):
                         if not _step(steps, status, workload):
                             return steps, True
+            if i + 1 < len(views) and resumed_unseen(view, views[i + 1]):
+                # R12.7: a suspension the job's records folded away, shown by the Workload's.
+                kind, taken = _unseen_suspension(views[i + 1], began, _After(views[i + 1], times[i + 1]), workload, skew, requeued)
+                for status in taken:
+                    if not _step(steps, status, workload):
+                        return steps, True
+                if kind != "resumed":
+                    return steps, kind == "blocked"
             i += 1
         else:
             end = _end_of_suspension(views, i)
@@ -182,6 +194,9 @@ def decide(state: GangStateData, horizon: Horizon, skew: timedelta) -> tuple[lis
                     return steps, True
             if kind != "resumed":
                 return steps, kind == "blocked"
+            if workload.timeline is not None and any(status.reconstructed for status in taken):
+                hidden = workload.timeline.hidden_eviction_during(began, after.began if after is not None else None, began + skew)
+                claimed.add(hidden[0] if hidden is not None else -1)
             i = end
     return steps, False
 
@@ -271,6 +286,9 @@ def _suspension(run: _Run, after: _After | None, workload: _Known, skew: timedel
         return "final", [_evicted(None, max(seen_since, timeline.views[-1].observed_at), max(since, gone))]  # R9.7
     if not requeued and not first.resume and not first.await_eviction:
         return "final", [_evicted(None, seen_since, since)]  # R9.6, policy off without the wait (Flyte's)
+    hidden = timeline.hidden_eviction_during(since, until, deadline) if timeline is not None else None
+    if hidden is not None and timeline is not None:
+        return _counted_wait(timeline, hidden, run, seen_since, after, requeued)
     if until is not None and until <= deadline:
         # Running again before Kueue could have recorded an eviction: nothing evicted it.
         return ("resumed", []) if workload.through(until) else ("blocked", [])
@@ -279,6 +297,45 @@ def _suspension(run: _Run, after: _After | None, workload: _Known, skew: timedel
             return _held(seen_deadline, deadline, after)
         return "final", [_evicted(None, seen_deadline, deadline)]  # R9.6, R9.7: no eviction, or no Workload, recorded in time
     return "blocked", []
+
+
+def _unseen_suspension(seen: JobSetView, ran: datetime, after: _After, workload: _Known, skew: timedelta, requeued: bool) -> Step:
+    """R12.7: the job was seen running since `ran`, then running again since `after.began`
+    (its `Suspended` condition moved on: a relist folded its suspension and resumption).
+    An eviction the Workload's records show in between explains the suspension: it began
+    with that eviction (Kueue evicts, then suspends) and is decided as one seen (R9.4–R9.9,
+    R15.2), known when the record that folded it was read. With none, nothing is reported:
+    whatever suspended it is not known (counted evictions are R15.7's, in the running stretch)."""
+    if not workload.through(after.began):
+        return "blocked", []
+    timeline = workload.timeline
+    k = timeline.first_eviction_in(ran, after.began) if timeline is not None else None
+    if timeline is None or k is None:
+        return "resumed", []
+    began = timeline.times[k]
+    suspended = msgspec.structs.replace(seen, suspended=True, running=False, since=began)
+    return _suspension(_Run((suspended,), began, after.began), after, workload, skew, requeued)
+
+
+def _counted_wait(timeline: WorkloadTimeline, hidden: tuple[int, str, str], run: _Run, seen_since: datetime, after: _After | None, requeued: bool) -> Step:
+    """R15.7 for a suspension the job's records show, explained by an eviction only Kueue's
+    counts record (the Workload's records folded it): waited out as a seen one would be
+    (R15.2, R9.4), reconstructed."""
+    since = run.began
+    k, reason, cause = hidden
+    counted = kueue.Classified(reason or "Requeued", "", "", "system", cause)
+    at = max(seen_since, timeline.views[k].observed_at)
+    if not requeued and not (counted.is_preemption and run.views[0].resume):
+        return "final", [_evicted(counted, at, since)]  # R9.4 policy off, R9.5
+    waiting, back = _reconstructed(at, since, reason, cause)
+    if after is None:
+        return "waiting", [waiting]
+    view = after.view
+    if view.suspended or view.end is not None or view.deleted:
+        return "resumed", [waiting]
+    # No length, as for any reconstructed wait: the job's condition saying when it resumed
+    # may come only with a later record than the one that shows it running.
+    return "resumed", [waiting, msgspec.structs.replace(back, at=max(at, view.observed_at), when=max(since, after.began))]
 
 
 def _held(at: datetime, when: datetime, after: _After | None) -> Step:

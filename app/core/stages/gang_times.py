@@ -29,7 +29,7 @@ def job_times(views: tuple[JobSetView, ...]) -> list[datetime]:
     while i < len(views):
         phase = _phase(views[i])
         j = i + 1
-        while j < len(views) and _phase(views[j]) == phase:
+        while j < len(views) and _phase(views[j]) == phase and not resumed_unseen(views[j - 1], views[j]):
             j += 1
         carried = next((v.since for v in views[i:j] if v.since is not None and (before is None or v.since > before)), None)
         began = views[i].observed_at if carried is None else min(carried, views[i].observed_at)
@@ -38,6 +38,21 @@ def job_times(views: tuple[JobSetView, ...]) -> list[datetime]:
         before = began
         i = j
     return times
+
+
+def resumed_unseen(before: JobSetView, view: JobSetView) -> bool:
+    """R12.7: two views of a running job, the later one's `Suspended=False` condition newer
+    than the earlier one's: the job was suspended and resumed in between (a condition's
+    time moves only when its status does), and a relist folded both changes into one
+    record. Not when the earlier time was capped by when it was seen (R2.7c): a
+    controller's clock ahead of the bridge's would move with each record."""
+    return (
+        _phase(before) == _phase(view) == "running"
+        and before.since is not None
+        and view.since is not None
+        and before.since < before.observed_at
+        and view.since > before.since
+    )
 
 
 class WorkloadTimeline(NamedTuple):
@@ -99,24 +114,49 @@ class WorkloadTimeline(NamedTuple):
                 return self.episode(k)
         return None
 
-    def hidden_evictions(self, after: datetime, until: datetime | None) -> list[tuple[int, str, str]]:
+    def hidden_evictions(self, after: datetime, until: datetime | None, suspension_next: bool = False) -> list[tuple[int, str, str]]:
         """Evictions Kueue counted between two observations of the Workload that neither
         shows (both without `Evicted=True`: evicted and readmitted while faultline was not
         watching, SPEC R15.7), whose later observation's state began in (`after`,
-        `until`]: (that view's index, reason, cause)."""
+        `until`] — (`after`, `until`) when a suspension the job's records show begins at
+        `until`: one that began with it is that suspension's (`hidden_eviction_during`).
+        Each as (that view's index, reason, cause)."""
         found = []
-        views = self.views
-        for k in range(1, len(views)):
-            prev, cur = views[k - 1], views[k]
-            if self.times[k] <= after or (until is not None and self.times[k] > until):
+        for k in self._counted_unseen():
+            at = self.times[k]
+            if at <= after or (until is not None and (at > until or (suspension_next and at == until))):
                 continue
-            if prev.deleted or cur.deleted or prev.eviction is not None or cur.eviction is not None:
-                continue
-            if cur.evictions <= prev.evictions:
-                continue
-            reason, cause = kueue.grown(cur.counts, prev.counts) or ("", "")
-            found.append((k, reason, cause))
+            found.append((k, *self._grown(k)))
         return found
+
+    def hidden_eviction_during(self, since: datetime, until: datetime | None, deadline: datetime) -> tuple[int, str, str] | None:
+        """R15.7 for a suspension the job's records show: the first eviction Kueue counted
+        between two observations neither showing it, the later one's state beginning once
+        the suspension had begun (the readmission) and the earlier one's by `deadline`
+        (R9.6) and before the job ran again (`until`): evicted and readmitted while a relist
+        folded the Workload's records. (that view's index, reason, cause)."""
+        for k in self._counted_unseen():
+            prev_at, at = self.times[k - 1], self.times[k]
+            if at >= since and prev_at <= deadline and (until is None or prev_at < until):
+                return (k, *self._grown(k))
+        return None
+
+    def _counted_unseen(self) -> list[int]:
+        """The views whose eviction count grew since the view before, neither showing an eviction."""
+        views = self.views
+        return [
+            k
+            for k in range(1, len(views))
+            if not (views[k - 1].deleted or views[k].deleted or views[k - 1].eviction is not None or views[k].eviction is not None)
+            and views[k].evictions > views[k - 1].evictions
+        ]
+
+    def _grown(self, k: int) -> tuple[str, str]:
+        return kueue.grown(self.views[k].counts, self.views[k - 1].counts) or ("", "")
+
+    def first_eviction_in(self, after: datetime, before: datetime) -> int | None:
+        """The first view showing an eviction whose state began in (`after`, `before`)."""
+        return next((k for k, view in enumerate(self.views) if view.eviction is not None and not view.deleted and after < self.times[k] < before), None)
 
     def exit_after(self, k: int, requeued: bool = False) -> int | None:
         """While waiting (R9.8, R9.7, R9.9): first view after k that is gone, deactivated or

@@ -1,5 +1,6 @@
-"""Stage 1, keyed by pod uid: join each pod to the fault Events that name it, and to the
-devices its own status reports Unhealthy or Unknown (SPEC R14.2).
+"""Stage 1, keyed by pod uid: join each pod to the fault Events that name it, to the
+devices its own status reports Unhealthy or Unknown (SPEC R14.2), and to the Events that
+say Kueue's failure recovery force-deleted it (R16.6: disruption evidence, not a fault).
 
 It forwards the pod's slim facts with its trusted faults to the attempt stage (keyed by
 attempt key) whenever they change, and publishes every trusted fault (SPEC R2.6).
@@ -30,6 +31,16 @@ from app.core.evidence.device_health import (
 from app.core.base.emit import Emit, dropped
 from app.core.evidence.fault_events import DROPPED_FAULTS, FaultEvent, fault_event_of, is_trusted, kept_faults, merge_updates
 from app.core.evidence.fault_message import trimmed
+from app.core.evidence.force_deletion import (
+    DROPPED_EVENTS,
+    ForceDeletionEvent,
+    force_deletion,
+    force_deletion_event_of,
+    is_trusted as is_trusted_deletion,
+    kept_events,
+    may_be_trusted,
+    shown_since,
+)
 from app.core.stages.fleet_inputs import fault_changes
 from app.core.verdicts.gpu_time import gpus_requested, started_at_of
 from app.core.base.progress import Watermarks
@@ -62,6 +73,9 @@ class PodState(msgspec.Struct, frozen=True):
     # R14.2: the devices its records showed Unhealthy or Unknown, by resourceID (at most
     # `max_faults_per_pod`, R11.5).
     devices: dict[str, DeviceSeen] = {}
+    # R16.6: the Events naming this uid that say Kueue force-deleted it and can still be
+    # trusted, by event uid (at most force_deletion.EVENTS_KEPT, the earliest).
+    force_deletions: dict[str, ForceDeletionEvent] = {}
 
 
 def pod_key(cluster: str, uid: str) -> str:
@@ -122,6 +136,8 @@ def pod_facts_of(
     failed_at = previous.failed_observed_at if previous is not None else None
     if failed_at is None and pod.status.phase == "Failed":
         failed_at = observed_at  # R5.2: the record that first showed Failed
+    known_deleted = previous.force_deleted if previous is not None else None
+    shown_deleted = shown_since(pod, observed_at)  # R16.6
     return PodFacts(
         cluster=cluster,
         namespace=meta.namespace,
@@ -144,6 +160,7 @@ def pod_facts_of(
         failed_observed_at=failed_at,
         deleted=change == "DELETED" or (previous is not None and previous.deleted),
         disruption=disruption_of(pod, observed_at, previous.disruption if previous is not None else None, trim),
+        force_deleted=force_deletion(known_deleted, shown_deleted, []) if shown_deleted is not None else known_deleted,
         gpus=gpus_requested(pod.spec, rules, previous.gpus if previous is not None else 0),  # issue 30 (gpu_time.py)
         started_at=started_at_of(pod, observed_at, previous.started_at if previous is not None else None),
     )
@@ -220,6 +237,14 @@ def _trusted(facts: PodFacts, faults: dict[str, FaultEvent], devices: dict[str, 
     )
 
 
+def _with_force_deletions(facts: PodFacts, events: dict[str, ForceDeletionEvent]) -> PodFacts:
+    """R16.6: the pod's force deletion dated by its trusted Events too (the earliest time)."""
+    if not events:
+        return facts
+    deleted = force_deletion(facts.force_deleted, None, list(events.values()))
+    return facts if deleted == facts.force_deleted else msgspec.structs.replace(facts, force_deleted=deleted)
+
+
 def _with_faults(facts: PodFacts, faults: dict[str, FaultEvent], devices: dict[str, DeviceSeen], rules: Rules) -> PodFacts:
     if not faults and not devices and not facts.faults:
         return facts
@@ -286,8 +311,14 @@ def fold_pod(
     faults = _trustworthy(state.faults, facts.node_name, rules) if state.faults else state.faults
     shown = devices_shown(pod, rules, trim)
     devices, lost = kept_devices(merged(state.devices, shown, observed_at), rules) if shown or state.devices else (state.devices, 0)
+    deletions = state.force_deletions
+    if deletions:  # R2.7a once the pod is known: an Event naming it elsewhere never speaks for it
+        deletions = {uid: e for uid, e in deletions.items() if is_trusted_deletion(e, facts.uid, facts.namespace, rules)}
+        facts = _with_force_deletions(facts, deletions)
     forwarded, emits = _forward(previous, _with_faults(facts, faults, devices, rules), observed_at, rules)
-    state = msgspec.structs.replace(state, last_activity=last_activity, seen=seen, pod=forwarded, faults=faults, devices=devices)
+    state = msgspec.structs.replace(
+        state, last_activity=last_activity, seen=seen, pod=forwarded, faults=faults, devices=devices, force_deletions=deletions
+    )
     if trim.cut or lost:
         emits = emits + trim.dropped() + dropped(DROPPED_DEVICE_HEALTH, lost)
     return state, emits
@@ -298,12 +329,21 @@ def _require_times_in_range(facts: PodFacts, rules: Rules) -> None:
     of range (this runs for every pod record that changed something)."""
     first, last = rules.usable_times
     written = facts.disruption.written if facts.disruption is not None else None
+    recovered = facts.force_deleted.written if facts.force_deleted is not None else None
     deleted = facts.deletion_timestamp
     if (deleted is None or first <= deleted <= last) and (written is None or first <= written <= last):
-        if all(c.finished_at is None or first <= c.finished_at <= last for c in facts.containers):
+        if (recovered is None or first <= recovered <= last) and all(c.finished_at is None or first <= c.finished_at <= last for c in facts.containers):
             return
     times = (("container finishedAt", c.finished_at) for c in facts.containers)
-    require_in_range((("metadata.deletionTimestamp", deleted), ("DisruptionTarget lastTransitionTime", written), *times), rules)
+    require_in_range(
+        (
+            ("metadata.deletionTimestamp", deleted),
+            ("DisruptionTarget lastTransitionTime", written),
+            ("KueueFailureRecovery lastTransitionTime", recovered),
+            *times,
+        ),
+        rules,
+    )
 
 
 def _trustworthy(faults: dict[str, FaultEvent], node_name: str, rules: Rules) -> dict[str, FaultEvent]:
@@ -331,7 +371,7 @@ def fold_event(
     # A deleted Event (its TTL ran out) still happened: the log keeps the fault.
     fault = fault_event_of(event, observed_at, rules.xid)
     if fault is None:
-        return state, []
+        return _fold_force_deletion(state, envelope, rules)
     require_in_range((("the fault's first seen time", fault.first_seen), ("the fault's last seen time", fault.last_seen)), rules)
     trim = Trim(rules)
     parsed = trimmed(fault.parsed, trim)
@@ -350,6 +390,33 @@ def fold_event(
     if previous is None:
         return state, counted  # held until the pod is known (R7.1)
     forwarded, emits = _forward(previous, _with_faults(previous, faults, state.devices, rules), observed_at, rules)
+    return msgspec.structs.replace(state, pod=forwarded), emits + counted
+
+
+def _fold_force_deletion(state: PodState | None, envelope: TypedEnvelope[Event], rules: Rules) -> tuple[PodState | None, list[Emit]]:
+    """R16.6: an Event that is no fault may still say Kueue force-deleted its pod: kept, as a
+    fault is (held until the pod is known, R7.1; trusted as R2.7 says), and forwarded with
+    the pod's facts. Any other Event changes nothing."""
+    observed_at, cluster = envelope.observed_at, envelope.cluster
+    deletion = force_deletion_event_of(envelope.object, observed_at)
+    if deletion is None or not may_be_trusted(deletion, rules):
+        return state, []
+    require_in_range((("the force deletion Event's time", deletion.at),), rules)
+    if state is None:
+        state = PodState(uid=deletion.pod_uid, cluster=cluster, last_activity=observed_at)
+    last_activity = max(state.last_activity, observed_at)
+    previous = state.pod
+    if previous is not None and not is_trusted_deletion(deletion, previous.uid, previous.namespace, rules):
+        return msgspec.structs.replace(state, last_activity=last_activity), []  # R2.7a: never to be trusted
+    known = state.force_deletions.get(deletion.event_uid)
+    if known is not None and known.at <= deletion.at:
+        deletion = known  # an update of the same Event: its first time stands
+    events, lost = kept_events({**state.force_deletions, deletion.event_uid: deletion})
+    state = msgspec.structs.replace(state, force_deletions=events, last_activity=last_activity)
+    counted = dropped(DROPPED_EVENTS, lost)
+    if previous is None:
+        return state, counted  # held until the pod is known (R7.1)
+    forwarded, emits = _forward(previous, _with_force_deletions(previous, events), observed_at, rules)
     return msgspec.structs.replace(state, pod=forwarded), emits + counted
 
 

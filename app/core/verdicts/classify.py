@@ -12,6 +12,7 @@ from typing import Final
 import msgspec
 
 from app.core.evidence.device_health import GPU_UNHEALTHY
+from app.core.evidence.force_deletion import REASON as FORCE_DELETED
 from app.core.base.xid import DEFAULT_XID_TABLE, XidTable
 from app.model.facts import AttributedFault, ContainerFacts, PodFacts
 from app.model.records import DEVICE_HEALTH, ErrorKind, GpuFault, NamespacedRef, Severity
@@ -19,6 +20,10 @@ from app.model.records import DEVICE_HEALTH, ErrorKind, GpuFault, NamespacedRef,
 SYSTEM_POD_REASONS: Final = frozenset({"Shutdown", "Terminated", "NodeShutdown", "NodeAffinity"})
 POD_DISRUPTED: Final = "PodDisrupted"  # R14.1
 KILLED_EXIT_CODES: Final = frozenset({137, 143})  # SIGKILL, SIGTERM: how a disrupted pod's container ends (R14.1)
+# R16.6: a DRA device taint's eviction (kubernetes v1.37.2 pkg/controller/devicetainteviction/
+# device_taint_eviction.go, a literal there, no core/v1 constant). Its message names no
+# device ("Device Taint manager: deleting due to NoExecute taint"): the line says what it was.
+DEVICE_TAINT: Final = "DeletionByDeviceTaintManager"
 GENERIC_CODES: Final = frozenset({"", "Unknown", "UnknownError", "Error", "Interrupted"})
 _NUMERIC_CODE: Final = re.compile(r"^(exit[ _-]?code[ _-]?)?[0-9]+$", re.IGNORECASE)
 
@@ -207,10 +212,20 @@ def deciding_disruption(base: BaseFailure, disrupted: list[PodFacts]) -> PodFact
 
 
 def disruption_line(pod: PodFacts) -> str:
-    """R14.1's reasons line: `pod <name> disrupted by the cluster (<reason>): <message>`."""
-    assert pod.disruption is not None
-    said = f": {pod.disruption.message}" if pod.disruption.message else ""
-    return f"pod {pod.name} disrupted by the cluster ({pod.disruption.reason}){said}"
+    """R14.1's reasons line: `pod <name> disrupted by the cluster (<reason>): <message>`.
+    R16.6: a device taint's says a device of the pod was tainted NoExecute; Kueue's force
+    deletion names Kueue and the pod's node (`spec.nodeName`, never the message's words:
+    an Event's text is its writer's)."""
+    disruption = pod.disruption
+    assert disruption is not None
+    reason = disruption.reason
+    if reason == FORCE_DELETED:
+        node = f"node {pod.node_name}" if pod.node_name else "its node"
+        return f"pod {pod.name} disrupted by the cluster ({reason}): force-deleted by Kueue's failure recovery, {node} unreachable"
+    said = f": {disruption.message}" if disruption.message else ""
+    if reason == DEVICE_TAINT:
+        said = f": a DRA device allocated to it was tainted NoExecute{said}"
+    return f"pod {pod.name} disrupted by the cluster ({reason}){said}"
 
 
 def apply_disruption(base: BaseFailure, pod: PodFacts, earliest: AttributedFault | None, child_pod_namespace: str | None) -> Outcome:

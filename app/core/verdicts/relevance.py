@@ -1,12 +1,14 @@
 """When a pod's trouble happened, and which faults and disruptions that time can blame
-(SPEC R5, R14.1)."""
+(SPEC R5, R14.1, R16.6)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
+import msgspec
+
 from app.core.base.rules import Rules
-from app.model.facts import JobFacts, PodFacts
+from app.model.facts import JobFacts, PodDisruption, PodFacts
 from app.model.records import GpuFault
 
 
@@ -60,11 +62,19 @@ def is_relevant(fault: GpuFault, anchor: datetime, rules: Rules) -> bool:
     return fault.first_seen - anchor <= rules.slack and anchor - fault.last_seen <= rules.window
 
 
-def disrupted_within(pod: PodFacts, anchor: datetime, rules: Rules) -> bool:
-    """R14.1: the pod's DisruptionTarget condition has a reason in `disruption_reasons`
-    and its time (lastTransitionTime capped by the bridge's clock) lies inside the pod's
-    relevance interval [anchor - window, anchor + slack] (R5.3)."""
-    disruption = pod.disruption
+def _within(disruption: PodDisruption | None, anchor: datetime, rules: Rules) -> bool:
+    """Its reason is in `disruption_reasons` and its time lies inside the pod's relevance
+    interval [anchor - window, anchor + slack] (R5.3)."""
     if disruption is None or disruption.reason not in rules.disruption_reasons:
         return False
     return disruption.at - anchor <= rules.slack and anchor - disruption.at <= rules.window
+
+
+def disrupted_within(pod: PodFacts, anchor: datetime, rules: Rules) -> PodFacts | None:
+    """R14.1, R16.6: the pod as its deciding disruption shows it (in `disruption`), or None.
+    A force deletion by Kueue's failure recovery inside the interval decides (it says why
+    the pod's removal ended: its node was unreachable); else the DisruptionTarget condition
+    (reason and time, lastTransitionTime capped by the bridge's clock) inside it."""
+    if _within(pod.force_deleted, anchor, rules):
+        return msgspec.structs.replace(pod, disruption=pod.force_deleted)
+    return pod if _within(pod.disruption, anchor, rules) else None

@@ -12,7 +12,18 @@ license: Apache-2.0):
   (1.4 MB upstream, of which the two versions' pod templates are 1.2 MB);
 - trainer-v2.3.0-trainjobs.yaml: kubeflow/trainer v2.3.0 (658725bdae5c7e3a0854d93ac6ff492e109a22ab)
   manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml, trimmed at spec.runtimePatches
-  (pod template overrides, 0.5 MB upstream).
+  (pod template overrides, 0.5 MB upstream);
+- jobset-v0.12.0-jobsets.yaml: kubernetes-sigs/jobset v0.12.0 (f22e565ac3cc3265c7c45ef67ecffdc689af5d77)
+  config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml, trimmed at
+  spec.replicatedJobs[].template.spec.template (the child Jobs' pod template; their
+  podFailurePolicy and the JobSet's failurePolicy stay as upstream wrote them; 0.8 MB upstream);
+- lws-v0.10.0-leaderworkersets.yaml: kubernetes-sigs/lws v0.10.0 (2161f38ff333f9e24d3c44adef7cd5d9787cac00)
+  config/crd/bases/leaderworkerset.x-k8s.io_leaderworkersets.yaml, trimmed at
+  spec.leaderWorkerTemplate.leaderTemplate and spec.leaderWorkerTemplate.workerTemplate (two pod
+  templates, 1.3 MB upstream);
+- trainer-v1.9.4-jaxjobs.yaml: kubeflow/trainer v1.9.4 (4445c12aa62e4345b0c2c6ac9b215a70eca46ed7)
+  manifests/base/crds/kubeflow.org_jaxjobs.yaml, trimmed at spec.jaxReplicaSpecs{}.template (the
+  replica pod template, 0.6 MB upstream).
 """
 
 from __future__ import annotations
@@ -24,13 +35,16 @@ import yaml
 
 
 def node_at(schema: dict[str, Any], path: str) -> tuple[dict[str, Any], str]:
-    """The parent schema and key of `path` (dots between properties, `[]` for items)."""
+    """The parent schema and key of `path` (dots between properties, `[]` for items, `{}`
+    for the values of a map, i.e. `additionalProperties`)."""
     parent = schema
     parts = path.split(".")
     for part in parts[:-1]:
-        parent = parent["properties"][part.removesuffix("[]")]
+        parent = parent["properties"][part.removesuffix("[]").removesuffix("{}")]
         if part.endswith("[]"):
             parent = parent["items"]
+        elif part.endswith("{}"):
+            parent = parent["additionalProperties"]
     return parent["properties"], parts[-1]
 
 
