@@ -28,6 +28,7 @@ from app.model.records import CLASSIFIED_FAILURES, FAULTS, GANG_TRANSITIONS, IDL
 from app.embedded.pipeline import Pipeline
 from tests.unit.gang_builders import Line
 from tests.unit.gang_stories import STORIES
+from tests.unit.stories import jobset_kueue_preempted
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples" / "traces").glob("*.jsonl"))
 
@@ -206,3 +207,29 @@ def test_r12_7_the_workloads_backlog_before_or_after_the_jobsets_keeps_the_wait(
             ("Running", "Completed"),
         ]
         assert steps[2][4] == 905.0  # Kueue's wait: Evicted at 11:30:10, Admitted again at 11:45:15
+
+
+def test_r12_7_a_jobset_created_suspended_whose_backlog_comes_first_still_waits_out_the_preemption() -> None:
+    """Kueue's webhook creates a JobSet suspended: its first record carries no time of the
+    job controller's (no `Suspended` condition yet). Delivered in one burst with the
+    Workload's backlog after it — up to the readmission — its later suspension is still set
+    beside Kueue's eviction by their own times: a record with no time of its own is placed
+    no later than the job's next timed change, not at the burst."""
+    lines = sorted(jobset_kueue_preempted(), key=lambda line: line["value"]["observed_at"])
+
+    def resumed_again(line: Line) -> bool:
+        obj = line["value"]["object"]
+        conditions = obj.get("status", {}).get("conditions", [])
+        return obj["kind"] == "JobSet" and not obj["spec"]["suspend"] and any(c["type"] == "Suspended" and c["reason"] == "ResumeJobs" for c in conditions)
+
+    stop = [i for i, line in enumerate(lines) if resumed_again(line)][-1]  # the resume after the readmission
+    got = answer(in_a_burst(lines, 0, stop, [0] * stop))["transitions"]
+    [(_, steps)] = got.items()
+    assert [(f, t, code) for f, t, code, *_ in steps] == [
+        ("Pending", "Running", None),
+        ("Running", "WaitingForReadmission", None),
+        ("WaitingForReadmission", "Running", None),
+        ("Running", "Completed", None),
+    ]
+    assert steps[2][4] == 21 * 60  # Kueue's wait: evicted 80 minutes before the end, admitted again 59 before
+    assert got == answer(lines)["transitions"]
