@@ -23,7 +23,7 @@ from app.model.facts import WorkloadQuota
 from app.model.fleet_records import GOODPUT, Goodput
 from app.model.records import CLASSIFIED_FAILURES, GANG_TRANSITIONS, IDLE_QUOTA, ClassifiedFailure, GangTransition, GoodputFigures, IdleQuota
 from tests.unit.drivers import new_pipeline
-from tests.unit import builders
+from tests.unit import builders, stories
 from tests.unit.gang_builders import JOBSET_NAME, JOBSET_UID, NAMESPACE, k8s_time
 from tests.unit.goodput_world import (
     GPUS_PER_POD,
@@ -352,3 +352,40 @@ def test_r17_4_each_hour_holds_the_whole_seconds_that_fell_in_it(start: datetime
         upto = goodput_seconds(start, min(end, h.hour + timedelta(hours=1)))
         assert h.running == gpus * (upto - done) and h.idle == 0 and h.useful == h.running
         done = upto
+
+
+def test_r17_2_a_pod_force_deleted_off_an_unreachable_node_ran_until_its_deletion_timestamp() -> None:
+    """Kueue's failure recovery force-deletes a pod whose node stopped answering (R16.6): its
+    container never says it stopped. It ran until its deletionTimestamp (the API server's,
+    where its failure's GPU-seconds end, R5.1), not until a record first showed it Failed:
+    the same figures when that record comes late, in a burst (R12.7)."""
+    lines = stories.job_kueue_force_deleted()
+    pods = {line["value"]["object"]["metadata"]["uid"]: line["value"]["object"] for line in lines if line["topic"] == "k8s.pods"}
+    [lost] = [p for p in pods.values() if p["status"]["phase"] == "Failed" and "terminated" not in p["status"]["containerStatuses"][0]["state"]]
+    started = datetime.fromisoformat(lost["status"]["containerStatuses"][0]["state"]["running"]["startedAt"])
+    deleting = datetime.fromisoformat(lost["metadata"]["deletionTimestamp"])
+    figures = []
+    for late in (0, 90):
+        moved = [
+            {**line, "value": {**line["value"], "observed_at": k8s_time(datetime.fromisoformat(line["value"]["observed_at"]) + timedelta(seconds=late))}}
+            if line["value"]["object"].get("status", {}).get("phase") == "Failed" and line["value"]["object"]["metadata"]["uid"] == lost["metadata"]["uid"]
+            else line
+            for line in lines
+        ]
+        out = _fed(moved)
+        [verdict] = [v for v in verdicts(out) if v.terminal]
+        figures.append((verdict.goodput, {k: msgspec.json.encode(v) for k, v in goodput(out).items()}))
+        [hour] = goodput(out).values()
+        others = sum(GPUS_PER_POD * seconds(datetime.fromisoformat(p["status"]["containerStatuses"][0]["state"]["terminated"]["startedAt"]),
+                                            datetime.fromisoformat(p["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"]))
+                     for p in pods.values() if "terminated" in p["status"]["containerStatuses"][0]["state"])  # fmt: skip
+        assert hour.running_gpu_seconds == GPUS_PER_POD * seconds(started, deleting) + others
+    assert figures[0] == figures[1]
+
+
+def _fed(lines: list[dict[str, Any]]) -> list[Emit]:
+    pipeline = new_pipeline()
+    out: list[Emit] = []
+    for line in lines:
+        out += pipeline.feed(line["topic"], line["key"], orjson.dumps(line["value"]))
+    return out + pipeline.finish()

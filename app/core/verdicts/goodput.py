@@ -56,14 +56,16 @@ class HourFigures(msgspec.Struct, frozen=True, gc=False, array_like=True):
 
 def run_end(pod: PodFacts) -> datetime | None:
     """When a pod stopped running, by its own times: its containers' latest finish once all
-    of them terminated or the pod ended (failed: else when a record first showed it so);
-    else, deleted, its deletionTimestamp (the API server's); None while it runs, or when
-    no time of its own says (its attempt's failure then ends it)."""
+    of them terminated or the pod ended (else, as a failure's GPU-seconds read it (R5.1),
+    its deletionTimestamp, the API server's: a pod force-deleted off an unreachable node
+    never says its containers stopped; else when a record first showed it failed); else,
+    deleted, its deletionTimestamp; None while it runs, or when no time of its own says
+    (its attempt's failure then ends it)."""
     containers = pod.containers
     if containers and all(c.terminated for c in containers):
         return latest_finish(pod)
     if pod.phase in ("Succeeded", "Failed"):
-        return latest_finish(pod) or pod.failed_observed_at
+        return latest_finish(pod) or pod.deletion_timestamp or pod.failed_observed_at
     if pod.deleted:
         return pod.deletion_timestamp
     return None
