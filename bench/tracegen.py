@@ -6,8 +6,8 @@ JSON (env, volumes, tolerations, affinity, conditions, container statuses), ~20%
 pod tasks and MPIJobs with workers; a few hundred of them fail, some after a GPU fault.
 With `workloads` (SPEC R13), half the attempt slots go to workloads without an
 orchestrator instead: TrainJobs (their JobSet, Jobs and pods), bare JobSets, GPU batch
-Jobs, Kubeflow JAXJobs (SPEC R16.5) and bare GPU pods, and CPU-only CronJob Jobs that are
-no attempts.
+Jobs, Kubeflow JAXJobs (SPEC R16.5), bare GPU pods and LeaderWorkerSets (SPEC R16.3), a
+sixth of the workload attempts each, and CPU-only CronJob Jobs that are no attempts.
 
 `failed_fleet`: the fleet at scale (issue 17): only failed attempts, most after a GPU
 fault, on many nodes with several GPUs each, over namespaces, Kueue queues and hours.
@@ -248,18 +248,42 @@ def _workload_attempt(kind: str, a: int, start: datetime, end: datetime, fails: 
             labels = {"training.kubeflow.org/job-name": name, "training.kubeflow.org/operator-name": "jaxjob-controller",
                       "training.kubeflow.org/replica-type": "worker", "training.kubeflow.org/replica-index": str(j)}  # fmt: skip
             pods.append((f"{name}-worker-{j}", f"p{a}-{j}", labels, [_owner("JAXJob", name, uid, "kubeflow.org/v1")], True))
+    elif kind == "lws":  # a LeaderWorkerSet of one group, a leader and a worker (SPEC R16.3)
+        name, uid = f"lws-{a}", f"lws-{a}"
+        head.append(_record("k8s.jobs", uid, "ADDED", start, _leaderworkerset(name, uid, start)))
+        for w in range(2):
+            labels = {"leaderworkerset.sigs.k8s.io/name": name, "leaderworkerset.sigs.k8s.io/group-index": "0", "leaderworkerset.sigs.k8s.io/worker-index": str(w),
+                      "leaderworkerset.sigs.k8s.io/group-key": f"{a:040x}", "leaderworkerset.sigs.k8s.io/template-revision-hash": "6d9f7c8b5"}  # fmt: skip
+            sts = _owner("StatefulSet", name if w == 0 else f"{name}-0", f"sts-{a}-{w}", "apps/v1")
+            pods.append((f"{name}-0" if w == 0 else f"{name}-0-1", f"p{a}-{w}", labels, [sts], True))
+        if fails:  # the worker's container restarted; the group made again (a new leader), then the LWS deleted
+            labels, owners = pods[1][2], pods[1][3]
+            worker = pod_object(pods[1][0], pods[1][1], labels, f"gpu-{a % 400}", "Running", {"running": {"startedAt": _ts(end - timedelta(minutes=1))}}, a * 100 + 90, start, a, owners=owners)
+            last = {"terminated": {"exitCode": 1, "reason": "Error", "startedAt": _ts(start), "finishedAt": _ts(end - timedelta(minutes=1))}}
+            worker["status"]["containerStatuses"][0] |= {"lastState": last, "restartCount": 1}
+            tail.append(_record("k8s.pods", pods[1][1], "MODIFIED", end - timedelta(minutes=1), worker))
+            leader = pod_object(pods[0][0], f"p{a}-again", pods[0][2], f"gpu-{a % 400}", "Running", {"running": {"startedAt": _ts(end)}}, a * 100 + 91, end, a, owners=pods[0][3])
+            tail += [_record("k8s.pods", f"p{a}-again", "ADDED", end, leader), _record("k8s.pods", f"p{a}-again", "DELETED", end + timedelta(minutes=3), leader)]
+        tail.append(_record("k8s.jobs", uid, "DELETED", end + timedelta(minutes=3), _leaderworkerset(name, uid, start)))
     else:  # a bare GPU pod
         pods.append((f"notebook-{a}", f"p{a}", {"app": "notebook"}, [], True))
     return head, pods, tail
 
 
-WORKLOAD_KINDS = ("trainjob", "jobset", "job", "jaxjob", "bare")
+def _leaderworkerset(name: str, uid: str, at: datetime) -> dict:
+    template = {"spec": {"containers": [{"name": "main", "image": "ghcr.io/acme/server:2026.08.3", "resources": _resources(True)}], "restartPolicy": "Always"}}
+    return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": {"name": name, "namespace": "ml-team", "uid": uid, "creationTimestamp": _ts(at)},
+            "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 2, "restartPolicy": "RecreateGroupOnPodRestart", "workerTemplate": template}, "startupPolicy": "LeaderCreated"},
+            "status": {"replicas": 1, "readyReplicas": 1}}  # fmt: skip
+
+
+WORKLOAD_KINDS = ("trainjob", "jobset", "job", "jaxjob", "bare", "lws")
 
 
 def _kind_of(a: int, workloads: bool) -> str:
     """Without workloads: MPIJobs and pod tasks in turn. With them (SPEC R13), a quarter
     each of MPIJobs, pod tasks, workload attempts (TrainJob, bare JobSet, GPU Job, JAXJob,
-    bare pod in turn) and CPU-only CronJob Jobs."""
+    bare pod, LeaderWorkerSet in turn) and CPU-only CronJob Jobs."""
     if not workloads:
         return "mpijob" if a % 2 == 0 else "pod"
     return ("mpijob", "pod", WORKLOAD_KINDS[(a // 4) % len(WORKLOAD_KINDS)], "cron")[a % 4]

@@ -38,6 +38,7 @@ class AttemptId(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     kind: str = ""  # a workload attempt's object, as the API spells its kind
     name: str = ""
     uid: str = ""
+    group: str = ""  # R16.3: one group of the object (a LeaderWorkerSet's group index)
 
     @property
     def identity(self) -> Identity:
@@ -45,10 +46,12 @@ class AttemptId(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
 
     @property
     def key(self) -> str:
-        """The attempt key: `<cluster>/<namespace>/<run>/<action>/<attempt>` (R1) or
-        `<cluster>/<namespace>/<Kind>/<name>/<uid>` (R13.3)."""
+        """The attempt key: `<cluster>/<namespace>/<run>/<action>/<attempt>` (R1),
+        `<cluster>/<namespace>/<Kind>/<name>/<uid>` (R13.3), or for one group of it
+        `…/<uid>/group/<index>` (R16.3)."""
         if self.kind:
-            return f"{self.cluster}/{self.namespace}/{self.kind}/{self.name}/{self.uid}"
+            key = f"{self.cluster}/{self.namespace}/{self.kind}/{self.name}/{self.uid}"
+            return f"{key}/group/{self.group}" if self.group else key
         return f"{self.cluster}/{self.namespace}/{self.run}/{self.action}/{self.attempt}"
 
     @property
@@ -68,7 +71,8 @@ class OwnerFacts(msgspec.Struct, frozen=True, gc=False, array_like=True):
 
 
 class ContainerFacts(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
-    """A regular container's current state (init containers and lastState are never read)."""
+    """A regular container's current state, and the end of its previous run (init
+    containers are never read)."""
 
     name: str
     reported: bool = False  # the kubelet has reported a status for it
@@ -80,6 +84,11 @@ class ContainerFacts(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     # R16.2: when its previous run ended (`lastState.terminated.finishedAt`): restarted in
     # place, its current run began then. Never an anchor (R5.1).
     restarted_at: datetime | None = None
+    # R16.3: how its previous run ended (`lastState.terminated`): a LeaderWorkerSet recreates
+    # a group once a container restarted, and that exit is the group's failure.
+    last_exit_code: int = 0
+    last_reason: str = ""
+    last_message: str = ""
 
 
 class AttributedFault(msgspec.Struct, frozen=True):
@@ -160,11 +169,16 @@ class GenerationEnd(msgspec.Struct, frozen=True, gc=False):
     # Its pods live on in the next generation (restarted in place): a fault that ended
     # before this generation did explains this one, not a later one (R16.2).
     kept_pods: bool = False
+    # R16.3: what failed first, where its pods tell it (a LeaderWorkerSet group's): the pod's
+    # uid, and its container that restarted ("" when the pod was disrupted instead).
+    failed_pod: str = ""
+    failed_container: str = ""
 
 
 class JobFacts(msgspec.Struct, frozen=True, omit_defaults=True, tag="JobFacts", tag_field="fact"):
     """The slim state of one tracked object (RayJob, PyTorchJob, MPIJob, TFJob, JAXJob, JobSet,
-    batch/v1 Job) and the attempt it tracks (`attempt`: a TrainJob's for its JobSet, R13.4)."""
+    batch/v1 Job, LeaderWorkerSet) and the attempt it tracks (`attempt`: a TrainJob's for
+    its JobSet, R13.4; one group of a LeaderWorkerSet, R16.3)."""
 
     cluster: str
     namespace: str
@@ -179,6 +193,10 @@ class JobFacts(msgspec.Struct, frozen=True, omit_defaults=True, tag="JobFacts", 
     counters: dict[str, int] = {}
     tries: int = 0  # R16.4: its tries that failed (a RayJob's status.failed)
     ray_cluster_name: str = ""
+    # R16.3: a LeaderWorkerSet's creationTimestamp (its join keys outlive it: pods made
+    # before it are another object's) and its `restartPolicy`.
+    created_at: datetime | None = None
+    restart_policy: str = ""
     failure: CrdFailure | None = None
     completed: bool = False
     deleted: bool = False

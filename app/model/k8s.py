@@ -88,7 +88,7 @@ class ResourceStatus(_View):
 class ContainerStatus(_View):
     name: str = ""
     state: ContainerState = ContainerState()
-    # R16.2: its previous run, when it was restarted in place (never an anchor: R5.1)
+    # R16.2, R16.3: its previous run, when it was restarted in place (never an anchor: R5.1)
     last_state: ContainerState = ContainerState()
     allocated_resources_status: list[ResourceStatus] = []  # R14.2: written by the kubelet
 
@@ -190,7 +190,8 @@ class Event(_View):
     deprecated_source: EventSource | None = None
 
 
-# --- Tracked workloads: TrainJob, JobSet, RayJob, PyTorchJob, MPIJob, TFJob, JAXJob, batch/v1 Job --
+# --- Tracked workloads: TrainJob, JobSet, RayJob, PyTorchJob, MPIJob, TFJob, JAXJob,
+# batch/v1 Job, LeaderWorkerSet ----------------------------------------------------------
 
 
 class ReplicatedJobStatus(_View):
@@ -231,6 +232,16 @@ class JobStatus(_View):
     succeeded: int = 0
 
 
+class LeaderWorkerTemplate(_View):
+    """LeaderWorkerSet (kubernetes-sigs/lws v0.10.0 api/leaderworkerset/v1/leaderworkerset_types.go
+    LeaderWorkerTemplate): the leader's pod template (absent: the leader uses the worker's),
+    the workers', and what the controller does when a pod of a group restarts (SPEC R16.3)."""
+
+    leader_template: PodTemplateSpec | None = None
+    worker_template: PodTemplateSpec = PodTemplateSpec()
+    restart_policy: str = ""
+
+
 class RunPolicy(_View):
     """Kubeflow training-operator v1 (common_types.go RunPolicy): Kueue suspends a job here."""
 
@@ -244,6 +255,8 @@ class JobSpec(_View):
     run_policy: RunPolicy | None = None  # PyTorchJob, MPIJob, TFJob, JAXJob (SPEC R15)
     template: PodTemplateSpec | None = None  # batch/v1 Job: the pod template (R13.2: a GPU?)
     cluster_selector: dict[str, str] = {}  # RayJob: runs on an existing RayCluster (R13.4)
+    replicas: int | None = None  # LeaderWorkerSet: its groups (SPEC R16.3; absent: 1)
+    leader_worker_template: LeaderWorkerTemplate | None = None  # LeaderWorkerSet (R13.2: a GPU?)
 
 
 class Job(_View):

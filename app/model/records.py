@@ -111,7 +111,8 @@ class ClassifiedFailure(_Record, tag="faultline.ClassifiedFailure/v2", tag_field
     """`faultline.classified-failures`: the verdict for a failed attempt (SPEC R6.8, R13.3).
     v2 = v1 plus `identity`: `labels` (an orchestrator's attempt, R1: `run`, `action`,
     `attempt` set) or `workload` (R13: those three null, `tracked` names the workload
-    object, e.g. the TrainJob, and `key` is `<cluster>/<namespace>/<Kind>/<name>/<uid>`).
+    object, e.g. the TrainJob, and `key` is `<cluster>/<namespace>/<Kind>/<name>/<uid>`, or
+    for one group of a LeaderWorkerSet `…/<uid>/group/<index>`, SPEC R16.3).
     `gpu_seconds` (issue 30, added to v2 before its release): what the failure cost, the
     GPUs its candidate pods requested times the whole seconds each ran (that generation's
     pods for a JobSet restarted in place); null when a GPU pod's start is unknown

@@ -14,8 +14,9 @@ Progress (SPEC R12): each stage keeps one `Scope` per input partition it holds: 
 watermarks of the progress read there, the latest record time per cluster, the states
 waiting on progress. Scopes live for one ownership of the partition: a rebalance starts
 them over (SPEC R12.3), so a partition that comes back is never judged against progress
-from an earlier time it was held here; until its next progress record, a second later,
-nothing is a clock fault (R11.4) and nothing waiting is settled.
+from an earlier time it was held here. A stage with a table takes up the progress its
+table partition was last written with (`_scope`); one without (jobs) starts with none:
+until its next progress record, a second later, nothing of it is a clock fault (R11.4).
 """
 
 from __future__ import annotations

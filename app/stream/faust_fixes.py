@@ -100,10 +100,18 @@ def in_partition(partition: int) -> PartitionEvent:
     current event, Faust's RocksDB store looks a key up in every partition's), and a
     state held for writing names its partition by the event it returns (app/stream/tables.py;
     `as_current_event` makes it current again when the state is written)."""
+    event = partition_event(partition)
+    _current_event.set(event.ref)
+    return event
+
+
+def partition_event(partition: int) -> PartitionEvent:
+    """The event that names a table partition (12), without making it current: for a
+    read of one partition's own store whichever record was folded last
+    (`as_current_event`)."""
     event = _PARTITION_EVENTS.get(partition)
     if event is None:
         event = _PARTITION_EVENTS[partition] = PartitionEvent(partition)
-    _current_event.set(event.ref)
     return event
 
 

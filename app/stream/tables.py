@@ -27,7 +27,7 @@ import msgspec
 
 from app.core.engine.runner import Progressed
 from app.stream.codecs import COMPRESS_OVER, ENTRY_LIMIT, Entry, Origin, Position, Sent, encode, entry_decoder
-from app.stream.faust_fixes import as_current_event
+from app.stream.faust_fixes import as_current_event, partition_event
 
 S = TypeVar("S")
 
@@ -90,8 +90,12 @@ class StateTable(Generic[S]):
 
     def progressed(self, partition: int) -> Progressed | None:
         """The progress a table partition's states were last written with (by whichever
-        worker held it), or None."""
-        raw = self.table.data.get(_PROGRESS.format(partition).encode())
+        worker held it), or None. Read from that partition's own store: a RocksDB table
+        reads the database of the current event's partition, and a new ownership's scope
+        asks before its first record makes its partition current (R12.3): the current one
+        is then the partition of the record folded before, whose store has no such key."""
+        with as_current_event(partition_event(partition)):
+            raw = self.table.data.get(_PROGRESS.format(partition).encode())
         if raw is None:
             return None
         try:

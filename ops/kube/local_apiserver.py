@@ -260,6 +260,7 @@ CRDS = (
     ("kubeflow.org", "MPIJob", "mpijobs", ("v1", "v2beta1"), "v2beta1"),
     ("kubeflow.org", "JAXJob", "jaxjobs", ("v1",), "v1"),
     ("trainer.kubeflow.org", "TrainJob", "trainjobs", ("v1alpha1",), "v1alpha1"),
+    ("leaderworkerset.x-k8s.io", "LeaderWorkerSet", "leaderworkersets", ("v1",), "v1"),
 )
 
 

@@ -104,6 +104,7 @@ DEFAULT_TYPES = (
     ("kubeflow.org", "jaxjobs", "JAXJob", ("v1",)),
     ("jobset.x-k8s.io", "jobsets", "JobSet", ("v1alpha2",)),
     ("trainer.kubeflow.org", "trainjobs", "TrainJob", ("v1alpha1",)),
+    ("leaderworkerset.x-k8s.io", "leaderworkersets", "LeaderWorkerSet", ("v1",)),
     ("batch", "jobs", "Job", ("v1",)),
     ("kueue.x-k8s.io", "workloads", "Workload", ("v1beta2",)),
 )

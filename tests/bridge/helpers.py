@@ -160,6 +160,7 @@ def bump(obj: dict[str, Any]) -> None:
 PLURAL_OF_KIND = {
     "Pod": "pods", "Event": "events", "RayJob": "rayjobs", "PyTorchJob": "pytorchjobs", "TFJob": "tfjobs",
     "MPIJob": "mpijobs", "JAXJob": "jaxjobs", "JobSet": "jobsets", "Workload": "workloads", "TrainJob": "trainjobs", "Job": "jobs",
+    "LeaderWorkerSet": "leaderworkersets",
 }
 
 

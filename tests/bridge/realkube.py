@@ -12,12 +12,16 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import orjson
+
+from app.cli import live_output, render
 from app.model.envelope import JOBS, WORKLOADS
-from tests.bridge.helpers import Operation, story_operations
+from tests.bridge.helpers import Operation, story_operations, wait_for
 
 # What a client may send of an object's metadata on create (the server sets the rest).
 CREATE_METADATA = ("name", "labels", "annotations", "ownerReferences")
@@ -80,6 +84,24 @@ def faultline(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[st
                           timeout=timeout, stdin=subprocess.DEVNULL)
 
 
+def start_faultline(*args: str, out: Path, err: Path) -> subprocess.Popen[bytes]:
+    """`faultline ARGS` in the background, its output and log into files."""
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        return subprocess.Popen([sys.executable, "-m", "app", *args], cwd=ROOT, env=faultline_env(), stdout=stdout, stderr=stderr,
+                                stdin=subprocess.DEVNULL)
+
+
+def verdicts_in(outputs: Path) -> dict[str, dict[str, Any]]:
+    """The latest verdict per attempt key in a command's `--out` file, so far."""
+    latest = {}
+    if outputs.exists():
+        for line in outputs.read_bytes().split(b"\n")[:-1]:
+            out = orjson.loads(line)
+            if out["topic"] == "faultline.classified-failures":
+                latest[out["key"]] = out["value"]
+    return latest
+
+
 def interrupt(proc: subprocess.Popen[bytes], how: int = signal.SIGINT) -> None:
     """Stop a `faultline` command as Ctrl-C does (or with `how`), killing it after 60 s."""
     if proc.poll() is None:
@@ -89,6 +111,126 @@ def interrupt(proc: subprocess.Popen[bytes], how: int = signal.SIGINT) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+
+
+def changes_in(trace: Path) -> int:
+    """Changes in a `faultline record --out` file so far (its progress BOOKMARKs left out)."""
+    if not trace.exists():
+        return 0
+    return sum(1 for line in trace.read_bytes().split(b"\n")[:-1] if b'"type":"BOOKMARK"' not in line)
+
+
+# <cluster>/<namespace>/<Kind>/<name> then "/<uid>" (a key) or " (<uid, 8 characters>)" (a
+# name as printed), then a LeaderWorkerSet's group: "/group/<index>" or " group <index>".
+ATTEMPT = re.compile(
+    r"^[^/\s]+/[^/\s]+/(?P<kind>[A-Za-z]+)/(?P<name>[^/\s]+)(?:/(?P<uid>[0-9a-f-]{8})[0-9a-f-]*| \((?P<short>[0-9a-f]{8})\))?"
+    r"(?:/group/(?P<group>[0-9]+)| group (?P<shown>[0-9]+))?$"
+)
+
+
+def attempt(text: str) -> tuple[str, str, str, str]:
+    """(Kind, name, uid's first 8 characters, a LeaderWorkerSet's group or "") of a printed
+    attempt key or name."""
+    found = ATTEMPT.match(text.strip())
+    assert found, f"not an attempt key or name: {text!r}"
+    return found["kind"], found["name"], found["uid"] or found["short"] or "", found["group"] or found["shown"] or ""
+
+
+def cells(line: str) -> list[str]:
+    return re.split(r"\s{2,}", line.strip())
+
+
+def run_printed(text: str) -> tuple[dict[str, tuple[str, ...]], Counter[tuple[Any, ...]]]:
+    """`faultline run`'s table: the last verdict per attempt (code, kind, GPU-H, GPU fault,
+    pod) and the gang transitions (attempt, transition, code), each cell as printed."""
+    verdicts, transitions = {}, Counter()
+    for line in text.splitlines():
+        if not line.strip() or line[0].isspace():
+            continue  # a verdict's reasons, indented
+        row = cells(line)
+        if row[0] in ("verdict", "revised"):
+            verdicts[row[1]] = tuple(row[2:7])
+        elif row[0] == "gang":  # WHAT JOBSET CODE KIND GPU-H TRANSITION
+            transitions[(row[1], row[5], row[2])] += 1
+    return verdicts, transitions
+
+
+def as_run_prints(what: str, row: tuple[str, ...]) -> list[str]:
+    """A row of run's table (WHAT, ATTEMPT / JOBSET, CODE, KIND, GPU-H, GPU FAULT /
+    TRANSITION, POD) as run prints it, WHAT left out: its columns keep their widths, so a
+    longer cell is cut in the middle (issue 38)."""
+    return cells(render.Columns(live_output.HEADER, live_output.MINIMUM, fixed=True).line((what, *row, "")))[1:]
+
+
+def classify_printed(text: str) -> tuple[dict[str, tuple[str, ...]], Counter[tuple[Any, ...]]]:
+    """`faultline classify`'s two tables, read as `run_printed` reads run's (each cell cut
+    as run's columns cut it)."""
+    verdicts, transitions = {}, Counter()
+    section = None
+    for line in text.splitlines():
+        if not line.strip() or line[0].isspace():
+            continue
+        if line.startswith("ATTEMPT "):
+            section = "verdicts"
+        elif line.startswith("GANG TRANSITIONS"):
+            section = "gangs"
+        elif line.startswith("JOBSET "):
+            continue
+        elif section == "verdicts":
+            attempt(cells(line)[0])  # an attempt as named
+            row = as_run_prints("verdict", tuple(cells(line)[:6]))  # ATTEMPT CODE KIND GPU-H GPU-FAULT POD, as run's
+            verdicts[row[0]] = tuple(row[1:6])
+        elif section == "gangs":
+            jobset, transition, code = cells(line)[:3]
+            attempt(jobset)
+            row = as_run_prints("gang", (jobset, code, "-", "-", transition, "-"))
+            transitions[(row[0], row[4], row[1])] += 1
+    return verdicts, transitions
+
+
+class RecordAndRun:
+    """`faultline record` and `faultline run` on namespace `ns` of `kube`, live once entered;
+    stopped on exit, each having ended cleanly. `trace` and `outputs` are theirs, `run_out`
+    what run printed."""
+
+    def __init__(self, kube: Any, ns: str, cluster: str, tmp_path: Path) -> None:
+        self.watch = ["--kubeconfig", str(kube.kubeconfig), "--cluster", cluster, "--namespaces", ns, "--progress-interval", "0.2"]
+        self.trace, self.outputs, self.state = tmp_path / "trace.jsonl", tmp_path / "outputs.jsonl", tmp_path / "state"
+        self.logs = {name: (tmp_path / f"{name}.out", tmp_path / f"{name}.err") for name in ("record", "run")}
+        self.run_out = ""
+
+    def __enter__(self) -> RecordAndRun:
+        (record_out, record_err), (run_out, run_err) = self.logs["record"], self.logs["run"]
+        self.procs = {
+            "record": start_faultline("record", *self.watch, "--out", str(self.trace), out=record_out, err=record_err),
+            "run": start_faultline("run", *self.watch, "--state", str(self.state), "--out", str(self.outputs), out=run_out, err=run_err),
+        }
+        try:
+            wait_for(lambda: all("every watch has listed and is live" in err.read_text() for _, err in self.logs.values()), timeout=90,
+                     what="every watch live")
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in self.procs.values():
+            interrupt(proc)
+        texts = {name: (out.read_text(), err.read_text()) for name, (out, err) in self.logs.items()}
+        self.run_out = texts["run"][0]
+        if exc[0] is None:
+            assert all(proc.returncode == 0 for proc in self.procs.values()), texts
+            assert not any("Traceback" in err for _, err in texts.values()), texts
+
+    def run_prints_what_classify_gives(self) -> None:
+        """`faultline classify` of the recorded trace: the verdicts and transitions run printed."""
+        classified = faultline("classify", str(self.trace), timeout=120)
+        assert classified.returncode == 0, classified.stderr
+        run_verdicts, run_transitions = run_printed(self.run_out)
+        trace_verdicts, trace_transitions = classify_printed(classified.stdout)
+        print(f"\nfaultline run printed:\n{self.run_out}\nfaultline classify of the recorded trace:\n{classified.stdout}")
+        assert run_verdicts == trace_verdicts
+        assert run_transitions == trace_transitions
 
 
 def wrong_ca_kubeconfig(kube: Any, tmp_path: Path) -> Path:
@@ -247,7 +389,6 @@ class StoryPlayer:
         body = {"gracePeriodSeconds": 0} if plural == "pods" else None
         self.kube.call("DELETE", self._path(current, plural, name), body)
         self.changes += 2 if plural == "pods" else 1  # a pod: deletionTimestamp, then gone
-
 
 
 class LiveKueue:

@@ -9,7 +9,6 @@ pods cannot write either field (docs/security.md)."""
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -20,9 +19,9 @@ import orjson
 import pytest
 
 from app.core.base.rules import Rules
-from app.model.records import CLASSIFIED_FAILURES, ClassifiedFailure
+from app.model.records import ClassifiedFailure
 from tests.bridge.helpers import wait_for
-from tests.bridge.realkube import ROOT, StoryPlayer, faultline_env, interrupt, namespace
+from tests.bridge.realkube import StoryPlayer, changes_in, faultline, interrupt, namespace, start_faultline, verdicts_in
 from tests.unit import builders, stories
 from tests.unit.builders import disruption_target, resource_status
 from tests.unit.scenario import final_verdicts
@@ -47,12 +46,6 @@ def summary(v: ClassifiedFailure | dict[str, Any]) -> tuple[Any, ...]:
     return attempt, v["code"], v["kind"], fault.get("kind"), fault.get("code"), fault.get("gpu_uuid"), fault.get("action"), (v["faulted_pod"] or {}).get("name"), tuple(v["reasons"])
 
 
-def changes_in(trace: Path) -> int:
-    if not trace.exists():
-        return 0
-    return sum(1 for line in trace.read_bytes().split(b"\n")[:-1] if b'"type":"BOOKMARK"' not in line)
-
-
 def test_r14_the_bridges_records_of_disruptions_and_device_health_classify_as_the_offline_replay(apiserver, tmp_path):
     # Ahead of now: a device's first_seen is the bridge's clock when the story is played,
     # and must lie inside its pod's interval around the failure the story dates (R5.3).
@@ -62,8 +55,7 @@ def test_r14_the_bridges_records_of_disruptions_and_device_health_classify_as_th
     ns = namespace(apiserver, "evidence")
     trace, out, err = tmp_path / "trace.jsonl", tmp_path / "record.out", tmp_path / "record.err"
     args = ["record", "--kubeconfig", str(apiserver.kubeconfig), "--cluster", CLUSTER, "--namespaces", ns, "--progress-interval", "0.2", "--out", str(trace)]
-    with out.open("wb") as stdout, err.open("wb") as stderr:
-        proc = subprocess.Popen([sys.executable, "-m", "app", *args], cwd=ROOT, env=faultline_env(), stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL)
+    proc = start_faultline(*args, out=out, err=err)
     try:
         wait_for(lambda: "every watch has listed and is live" in err.read_text(), timeout=90, what="every watch live")
         player = StoryPlayer(apiserver, ns)
@@ -80,15 +72,9 @@ def test_r14_the_bridges_records_of_disruptions_and_device_health_classify_as_th
                for entry in c.get("allocatedResourcesStatus", []) for d in entry["resources"]}  # fmt: skip
     assert devices["gpu.nvidia.com/gpu-93/gpu-3"] == "Unhealthy" and devices["GPU-95aa0000-0000-4000-8000-000000000001"] == "Unknown"
     outputs = tmp_path / "outputs.jsonl"
-    replayed = subprocess.run([sys.executable, "-m", "app", "replay", "--trace", str(trace), "--out", str(outputs)], cwd=ROOT,
-                              env=faultline_env(), capture_output=True, text=True, timeout=120)  # fmt: skip
+    replayed = faultline("replay", "--trace", str(trace), "--out", str(outputs), timeout=120)
     assert replayed.returncode == 0, replayed.stderr
-    latest: dict[str, dict[str, Any]] = {}
-    for line in outputs.read_bytes().splitlines():
-        o = orjson.loads(line)
-        if o["topic"] == CLASSIFIED_FAILURES:
-            latest[o["key"]] = o["value"]
-    assert sorted(summary(v) for v in latest.values()) == expected
+    assert sorted(summary(v) for v in verdicts_in(outputs).values()) == expected
 
 
 def _tenant(kube: Any, ns: str) -> str:
@@ -173,16 +159,6 @@ def test_r14_a_tenants_eviction_of_its_own_pod_is_written_by_the_server(apiserve
 DEVICE_FAILED_BEFORE_T0 = {"pod-bare-dra-unhealthy": 0.0, "jobset-gpu-unhealthy": 30.0}
 
 
-def run_verdicts(out: Path) -> dict[str, dict[str, Any]]:
-    """A `run --out` file's latest verdict per attempt."""
-    latest: dict[str, dict[str, Any]] = {}
-    for line in out.read_bytes().splitlines() if out.exists() else []:
-        o = orjson.loads(line)
-        if o["topic"] == CLASSIFIED_FAILURES:
-            latest[o["key"]] = o["value"]
-    return latest
-
-
 def test_r14_2_a_pod_first_listed_after_it_failed_keeps_its_unhealthy_gpu_as_the_uninterrupted_watch(apiserver, tmp_path):
     """Issue 34: the evidence stories re-enacted on the API server (the kubelet's device
     health through pods/status), watched by a `run` all along; a second `run` is started
@@ -200,8 +176,7 @@ def test_r14_2_a_pod_first_listed_after_it_failed_keeps_its_unhealthy_gpu_as_the
         out, err = tmp_path / f"{name}.jsonl", tmp_path / f"{name}.err"
         args = ["run", "--kubeconfig", str(apiserver.kubeconfig), "--cluster", CLUSTER, "--namespaces", ns, "--progress-interval", "0.2",
                 "--state", str(tmp_path / f"{name}-state"), "--out", str(out)]  # fmt: skip
-        with (tmp_path / f"{name}.out").open("wb") as stdout, err.open("wb") as stderr:
-            runs[name] = subprocess.Popen([sys.executable, "-m", "app", *args], cwd=ROOT, env=faultline_env(), stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL)
+        runs[name] = start_faultline(*args, out=tmp_path / f"{name}.out", err=err)
         wait_for(lambda: "every watch has listed and is live" in err.read_text(), timeout=90, what=f"{name}: live")
         return out
 
@@ -213,15 +188,15 @@ def test_r14_2_a_pod_first_listed_after_it_failed_keeps_its_unhealthy_gpu_as_the
         expected = sorted(summary(v) for v in final_verdicts(records).values())
         assert [(s[2], *s[3:5]) for s in expected].count(("SYSTEM", "DEVICE_HEALTH", 0)) == 2  # both GPU pods' attempts
         StoryPlayer(apiserver, ns).play(records)
-        wait_for(lambda: sorted(summary(v) for v in run_verdicts(watched).values()) == expected, timeout=60, what="the watching run's verdicts")
+        wait_for(lambda: sorted(summary(v) for v in verdicts_in(watched).values()) == expected, timeout=60, what="the watching run's verdicts")
         late = failed + Rules().slack + timedelta(seconds=2)
         time.sleep(max(0.0, (late - datetime.now(timezone.utc)).total_seconds()))
         listed = start("listed")
         # Every attempt it can see: all but the preempted pod's, deleted before it started.
-        visible = {k for k in run_verdicts(watched) if "/hpo-12/" not in k}
-        wait_for(lambda: set(run_verdicts(listed)) == visible, timeout=60, what="the late run's verdicts")
+        visible = {k for k in verdicts_in(watched) if "/hpo-12/" not in k}
+        wait_for(lambda: set(verdicts_in(listed)) == visible, timeout=60, what="the late run's verdicts")
         try:  # then as the watching run's, if it gets there (a revision may follow a first verdict, R7.2)
-            wait_for(lambda: same(run_verdicts(listed), run_verdicts(watched)), timeout=10, what="the same verdicts")
+            wait_for(lambda: same(verdicts_in(listed), verdicts_in(watched)), timeout=10, what="the same verdicts")
         except AssertionError:
             pass
     finally:
@@ -229,7 +204,7 @@ def test_r14_2_a_pod_first_listed_after_it_failed_keeps_its_unhealthy_gpu_as_the
             interrupt(proc)
     texts = {name: (tmp_path / f"{name}.err").read_text() for name in runs}
     assert all(proc.returncode == 0 for proc in runs.values()) and not any("Traceback" in t for t in texts.values()), texts
-    alone, both = run_verdicts(listed), run_verdicts(watched)
+    alone, both = verdicts_in(listed), verdicts_in(watched)
     assert len(visible) == len(both) - 1 == len(alone)
     assert {k: summary(v) for k, v in alone.items()} == {k: summary(both[k]) for k in alone}
     assert [(s[2], *s[3:5]) for s in map(summary, alone.values())].count(("SYSTEM", "DEVICE_HEALTH", 0)) == 2

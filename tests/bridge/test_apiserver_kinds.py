@@ -1,13 +1,16 @@
 """The operators' own CRDs on a real API server of the test's own (`bare_apiserver`, no CRD
 installed): Kueue's Workload at the version the server prefers (SPEC R15.1), Kubeflow
-Trainer's TrainJob found when its CRD is installed later, and batch/v1 Jobs (SPEC R13.2).
-The CRDs are the releases' (tests/bridge/crds, trimmed where they embed a pod template),
-so what the tests write is what those schemas keep."""
+Trainer's TrainJob found when its CRD is installed later, batch/v1 Jobs (SPEC R13.2), and
+a LeaderWorkerSet whose group is recreated twice (SPEC R16.3). The CRDs are the releases'
+(tests/bridge/crds, trimmed where they embed a pod template), so what the tests write is
+what those schemas keep."""
 
 from __future__ import annotations
 
 import copy
 import logging
+import time
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import orjson
@@ -15,14 +18,30 @@ import pytest
 
 from app.bridge.bridge import Bridge
 from app.bridge.client import KubeApi, api_client
-from tests.bridge.helpers import MemorySink, Running, settings, wait_for
-from tests.bridge.realkube import CREATE_METADATA, install_crd, namespace, operator_crd
+from tests.bridge.helpers import MemorySink, Running, settings, story_operations, wait_for
+from tests.bridge.realkube import (
+    CREATE_METADATA,
+    RecordAndRun,
+    StoryPlayer,
+    as_run_prints,
+    attempt,
+    changes_in,
+    install_crd,
+    namespace,
+    operator_crd,
+    run_printed,
+    verdicts_in,
+)
+from tests.unit import builders
 from tests.unit import gang_builders as gb
+from tests.unit.restart_stories import lws_group_recreated
+from tests.unit.scenario import final_verdicts
 
 pytestmark = pytest.mark.apiserver
 
 KUEUE_CRD = "kueue-v0.19.2-workloads.yaml"
 TRAINER_CRD = "trainer-v2.3.0-trainjobs.yaml"
+LWS_CRD = "lws-v0.10.0-leaderworkersets.yaml"
 
 
 def only_version(crd: dict[str, Any], name: str) -> dict[str, Any]:
@@ -175,3 +194,47 @@ def test_r13_2_batch_jobs_are_recorded_and_a_trainjob_crd_installed_later_is_pic
     assert any(m.startswith("TrainJob (") and "now served as trainer.kubeflow.org/v1alpha1" in m for m in messages)
     for kind in ("RayJob", "PyTorchJob", "TFJob", "MPIJob", "JobSet", "Workload"):
         assert len([m for m in messages if m.startswith(f"{kind} (") and "not served" in m]) == 1, (kind, messages)
+
+
+# --- SPEC R16.3: a LeaderWorkerSet's group recreated ------------------------------------------
+
+
+def test_r16_3_a_leaderworkerset_group_recreated_is_recorded_and_run_prints_what_classify_gives(bare_apiserver, tmp_path):
+    """The release's CRD installed; the LeaderWorkerSet, its pods and the Xid Event written as
+    its controller, the kubelet and a node agent write them, the group's pods deleted and made
+    again under their names (new uids). `faultline run` prints the verdicts `faultline
+    classify` gives for the trace `faultline record` took meanwhile, and the story's own."""
+    install_crd(bare_apiserver, operator_crd(LWS_CRD))
+    builders.reset_ids()
+    records = lws_group_recreated(t0=datetime.now(timezone.utc) - timedelta(minutes=2), again=True)
+    expected = sorted((v.generation, v.code, v.kind, v.gpu_fault.code if v.gpu_fault else None, v.faulted_pod.name if v.faulted_pod else None)
+                      for v in final_verdicts(records).values())  # fmt: skip
+    assert expected == [(1, "OOMKilled", "USER", None, None)]
+    ns = namespace(bare_apiserver, "lws")
+    with RecordAndRun(bare_apiserver, ns, "real-l", tmp_path) as watching:
+        trace, outputs = watching.trace, watching.outputs
+        player, changes = StoryPlayer(bare_apiserver, ns), 0
+        ops = story_operations(records)
+        # A generation is told by its pods' creationTimestamps (whole seconds): each is made a second after the last.
+        cuts = [i for i, o in enumerate(ops) if o.op == "create" and o.plural == "pods" and o.name == "serve-0"][1:]
+        for start, stop in zip([0, *cuts], [*cuts, len(ops)]):
+            if start:
+                time.sleep(1.1)
+            changes = player.play_operations(ops[start:stop])
+        wait_for(lambda: changes_in(trace) == changes, timeout=60, what=f"{changes} changes in the trace")
+        wait_for(lambda: any(v["generation"] == 1 for v in verdicts_in(outputs).values()), timeout=60, what="the second generation's verdict from run")
+    watching.run_prints_what_classify_gives()
+    [verdict] = verdicts_in(outputs).values()
+    lws = bare_apiserver.call("GET", f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{ns}/leaderworkersets/serve")
+    named = f"real-l/{ns}/LeaderWorkerSet/serve ({lws['metadata']['uid'][:8]}) group 0"  # one group's attempt
+    assert attempt(named) == ("LeaderWorkerSet", "serve", lws["metadata"]["uid"][:8], "0")
+    assert list(run_printed(watching.run_out)[0]) == [as_run_prints("verdict", (named, "-", "-", "-", "-", "-"))[0]]
+    assert verdict["key"] == f"real-l/{ns}/LeaderWorkerSet/serve/{lws['metadata']['uid']}/group/0"
+    got = (verdict["generation"], verdict["code"], verdict["kind"], (verdict["gpu_fault"] or {}).get("code"), (verdict["faulted_pod"] or {}).get("name"))
+    assert [got] == expected
+    assert verdict["reasons"] == ["group 0 generation 0 failed: GpuFallenOffBus (SYSTEM); GPU fault recorded on pod serve-0-1"]
+    # The server kept what the kubelet wrote: the restarted container's previous run.
+    lines = [orjson.loads(line) for line in trace.read_bytes().splitlines()]
+    pods = [line["value"]["object"] for line in lines if line["topic"] == "k8s.pods" and line["value"]["type"] != "BOOKMARK"]
+    assert any(c.get("lastState", {}).get("terminated", {}).get("reason") == "OOMKilled" for p in pods for c in p["status"].get("containerStatuses", []))
+    assert len({p["metadata"]["uid"] for p in pods if p["metadata"]["name"] == "serve-0"}) == 3  # one leader per generation

@@ -18,8 +18,7 @@ import orjson
 import pytest
 
 from tests.bridge.helpers import wait_for
-from tests.bridge.realkube import StoryPlayer, controller_job_status, install_crd, namespace, operator_crd
-from tests.bridge.test_apiserver_workloads import RecordAndRun, attempt, verdicts_in
+from tests.bridge.realkube import RecordAndRun, StoryPlayer, attempt, controller_job_status, install_crd, namespace, operator_crd, verdicts_in
 from tests.unit import builders, stories
 
 pytestmark = pytest.mark.apiserver

@@ -82,7 +82,7 @@ def test_every_kind_goes_to_its_topic_with_its_key(kube, api):
     wait_for(lambda: len(sink.records) == 2)
     # Changes while watching, one of every kind.
     crs = [("rayjobs", "RayJob"), ("pytorchjobs", "PyTorchJob"), ("tfjobs", "TFJob"), ("mpijobs", "MPIJob"), ("jaxjobs", "JAXJob"), ("jobsets", "JobSet"),
-           ("trainjobs", "TrainJob"), ("jobs", "Job"), ("workloads", "Workload")]
+           ("trainjobs", "TrainJob"), ("leaderworkersets", "LeaderWorkerSet"), ("jobs", "Job"), ("workloads", "Workload")]
     for plural, _ in crs:
         kube.create(plural, {"metadata": {"name": f"{plural}-1", "namespace": "ml"}, "spec": {}, "status": {}})
     kube.create("events", {
@@ -90,7 +90,7 @@ def test_every_kind_goes_to_its_topic_with_its_key(kube, api):
         "regarding": {"kind": "Pod", "name": "trainer-0", "uid": "uid-from-regarding"}, "reason": "Scheduled",
     })
     kube.create("events", {"metadata": {"name": "node-event", "namespace": "default"}, "involvedObject": {"kind": "Node", "name": "gpu-1"}})
-    wait_for(lambda: len(sink.records) == 13)
+    wait_for(lambda: len(sink.records) == 14)
     running.stop()
 
     by_name = {orjson.loads(r.value)["object"]["metadata"]["name"]: r for r in sink.records}

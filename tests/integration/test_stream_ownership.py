@@ -6,6 +6,12 @@ the records it reads then against the progress of the partition as it stands now
 against what it knew of the partition the first time it held it: no valid record is taken
 for a clock fault (SPEC R11.4), and every output equals the offline replay's.
 
+A worker that dies instead leaves the group only at its session timeout: its partitions
+move after the others' last progress was read, and every scope begins anew with that
+rebalance. Each must take up the progress its table partition was written with (R12.3),
+or the watermark of a gang partition, which needs progress from every source partition,
+is never known again and the gangs waiting on it never settle.
+
 The trace spans three hours of observation time with the bridge's progress every minute;
 `max_clock_skew` is one hour.
 """
@@ -33,6 +39,18 @@ def _before(records: list[dict], cut) -> tuple[list[dict], list[dict]]:  # type:
 
 
 def test_r11_4_a_partition_that_comes_back_is_judged_by_its_progress_now(stream_stack, outputs, tmp_path: Path) -> None:
+    _handed_back(stream_stack, outputs, tmp_path, leave=_stop)
+
+
+def test_r12_3_partitions_left_at_a_session_timeout_are_taken_up_with_their_saved_progress(stream_stack, outputs, tmp_path: Path) -> None:
+    """The last of the two to go dies: w1 reads the last half hour of its own partitions
+    first, and gets the dead worker's only at the session timeout, in a rebalance that
+    also begins its own partitions' scopes anew (the test above, when a worker stopped
+    during a rebalance took partitions in it and so left at its session timeout)."""
+    _handed_back(stream_stack, outputs, tmp_path, leave=_kill)
+
+
+def _handed_back(stream_stack, outputs, tmp_path: Path, leave) -> None:  # type: ignore[no-untyped-def]
     records = generate(attempts=240, seed=29)
     expected = outputs.offline(write_trace(tmp_path / "all.jsonl", records))
     early, rest = _before(records, b.T0 + timedelta(minutes=20))
@@ -56,7 +74,7 @@ def test_r11_4_a_partition_that_comes_back_is_judged_by_its_progress_now(stream_
     stream_stack.wait_settled(timeout=240)
     _stop(stream_stack, second)
     stream_stack.wait_settled(timeout=240)
-    _stop(stream_stack, third)
+    leave(stream_stack, third)
     stream_stack.wait_settled(timeout=240)
 
     # ... and reads the last half hour of them: over an hour past what it knew of them.
@@ -84,3 +102,7 @@ def _stop(stack, worker) -> None:  # type: ignore[no-untyped-def]
     worker.proc.terminate()
     assert worker.proc.wait(timeout=90) == 0, worker.log_tail()
     stack.workers.remove(worker)  # stopped on purpose
+
+
+def _kill(stack, worker) -> None:  # type: ignore[no-untyped-def]
+    stack.kill(worker)  # no LeaveGroup: its partitions stay its own until its session times out

@@ -5,6 +5,7 @@ Every builder returns plain dicts in camelCase, so tests exercise the real decod
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -486,6 +487,66 @@ def batch_job(
         "spec": spec,
         "status": {"conditions": conditions or [], "active": completions, "ready": completions, "startTime": ts(created), "uncountedTerminatedPods": {}},
     }
+
+
+def leaderworkerset(
+    name: str,
+    *,
+    lws_uid: str | None = None,
+    replicas: int = 1,
+    size: int = 2,
+    gpus: int = 8,
+    leader_gpus: int | None = None,
+    restart_policy: str = "RecreateGroupOnPodRestart",
+    created: datetime = T0 - minutes(60),
+) -> dict:
+    """A LeaderWorkerSet as kubernetes-sigs/lws v0.10.0 serves it (api/leaderworkerset/v1):
+    `replicas` groups of `size` pods; the leader uses the workers' template unless
+    `leader_gpus` gives it one of its own."""
+    worker = _template({}, gpus, "worker")
+    worker["spec"]["restartPolicy"] = "Always"  # StatefulSet pods
+    template: dict[str, Any] = {"size": size, "restartPolicy": restart_policy, "workerTemplate": worker}
+    if leader_gpus is not None:
+        leader = _template({}, leader_gpus, "leader")
+        leader["spec"]["restartPolicy"] = "Always"
+        template["leaderTemplate"] = leader
+    spec = {
+        "replicas": replicas,
+        "leaderWorkerTemplate": template,
+        "rolloutStrategy": {"type": "RollingUpdate", "rollingUpdateConfiguration": {"partition": 0, "maxUnavailable": 1, "maxSurge": 0}},
+        "startupPolicy": "LeaderCreated",
+        "networkConfig": {"subdomainPolicy": "Shared"},
+    }
+    return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": _meta(name, lws_uid or kube_uid(), created), "spec": spec, "status": {}}
+
+
+def lws_pod(
+    lws: dict, group: int, worker: int, *, node: str, created: datetime, owner_uid: str, container: str = "worker", gpus: int = 8, revision: str = "6d9f7c8b5"
+) -> dict:
+    """A pod of a LeaderWorkerSet's group as its controller and pod webhook make it
+    (lws pkg/controllers/pod_controller.go, pkg/webhooks/pod_webhook.go): the leader
+    `<lws>-<group>` (worker index 0) of the leader StatefulSet `<lws>`; a worker
+    `<lws>-<group>-<worker>` of the worker StatefulSet `<lws>-<group>`, which the leader
+    pod owns (`owner_uid`: that StatefulSet's uid, new with each generation)."""
+    name = lws["metadata"]["name"]
+    leader = f"{name}-{group}"
+    pod_name = leader if worker == 0 else f"{leader}-{worker}"
+    labels = {
+        "leaderworkerset.sigs.k8s.io/name": name,
+        "leaderworkerset.sigs.k8s.io/group-index": str(group),
+        "leaderworkerset.sigs.k8s.io/worker-index": str(worker),
+        "leaderworkerset.sigs.k8s.io/group-key": hashlib.sha1(f"{NS}/{leader}".encode()).hexdigest(),
+        "leaderworkerset.sigs.k8s.io/template-revision-hash": revision,
+        "apps.kubernetes.io/pod-index": str(group if worker == 0 else worker),
+        "statefulset.kubernetes.io/pod-name": pod_name,
+    }
+    annotations = {"leaderworkerset.sigs.k8s.io/size": str(lws["spec"]["leaderWorkerTemplate"]["size"])}
+    if worker:
+        annotations["leaderworkerset.sigs.k8s.io/leader-name"] = leader
+    sts = owner("StatefulSet", name if worker == 0 else leader, owner_uid, "apps/v1")
+    p = pod(pod_name, pod_uid=kube_uid(), labels=labels, annotations=annotations, node=node, containers={container: None}, created=created, gpus=gpus, owners=[sts])
+    p["spec"]["restartPolicy"] = "Always"
+    return p
 
 
 def job_pod_labels(job: dict, index: int | None = None, legacy_only: bool = False) -> dict[str, str]:

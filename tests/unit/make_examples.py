@@ -40,6 +40,8 @@ TRACES = {
     "jaxjob-xid79.jsonl": ["jaxjob-xid79"],
     "job-device-taint.jsonl": ["job-device-taint"],
     "job-kueue-force-deleted.jsonl": ["job-kueue-force-deleted"],
+    # A LeaderWorkerSet's group recreated after an Xid 79 on its worker (SPEC R16.3).
+    "lws-group-recreated.jsonl": ["lws-group-recreated"],
 }
 _ALL = {**STORIES, **WORKLOAD_STORIES, **EVIDENCE_STORIES, **RESTART_STORIES, **R16_STORIES}
 

@@ -1,7 +1,8 @@
 """Restarts that are generations of their own, as the controllers write them: JobSet
 v0.12's restart modes (SPEC R16.1, R16.2; kubernetes-sigs/jobset v0.12.0
 pkg/controllers/failure_policy.go and in_place_restart.go, cmd/in-place-restart-agent) and
-KubeRay v1.7's retried tries (R16.4; ray-project/kuberay v1.7.0 rayjob_controller.go).
+KubeRay v1.7's retried tries (R16.4; ray-project/kuberay v1.7.0 rayjob_controller.go);
+LeaderWorkerSet groups recreated (R16.3; kubernetes-sigs/lws v0.10.0 pkg/controllers).
 Workload attempts (R13)."""
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from tests.unit.builders import (
     event,
     jobset_child_labels,
     kube_uid,
+    leaderworkerset,
+    lws_pod,
     pod,
     rayjob,
     minutes,
@@ -150,8 +153,92 @@ def rayjob_retried_then_fails(run: str = "rl-sweep", t0: datetime = T0) -> list[
     return out
 
 
+def _lws_event(lws: dict, message: str, at: datetime) -> dict:
+    """The Normal `RecreateGroup` Event the LeaderWorkerSet controller records about itself
+    (lws pkg/controllers/pod_controller.go handleRestartPolicy), as core/v1 serves it."""
+    e = event(lws, message=message, reason="RecreateGroup", type_="Normal", first=at, reporting=None)
+    e["involvedObject"] |= {"kind": "LeaderWorkerSet", "apiVersion": "leaderworkerset.x-k8s.io/v1"}
+    e["source"] = {"component": "leaderworkerset"}
+    e["reportingComponent"], e["reportingInstance"], e["action"] = "leaderworkerset", "", "Delete"
+    return e
+
+
+def _running(p: dict, since: datetime) -> dict:
+    name = p["spec"]["containers"][0]["name"]
+    return updated(p, containerStatuses=[{"name": name, "state": running(since), "lastState": {}, "restartCount": 0, "ready": True}])
+
+
+def _restarted(p: dict, ended: datetime, exit_code: int, reason: str, started: datetime) -> dict:
+    """Its container ended and the kubelet started it again (restartPolicy Always): the
+    pod stays Running, its previous run in `lastState` (pkg/kubelet/kubelet_pods.go)."""
+    name = p["spec"]["containers"][0]["name"]
+    last = terminated(exit_code, ended, reason)
+    last["terminated"]["startedAt"] = ts(started)
+    status = [{"name": name, "state": running(ended + minutes(0.1)), "lastState": last, "restartCount": 1, "ready": False}]
+    return updated(p, containerStatuses=status)
+
+
+def _torn_down(p: dict, requested: datetime, ended: datetime) -> list[tuple[dict, datetime, str]]:
+    """Deleted (foreground, by the controller or the garbage collector): its deletion
+    marked, its containers killed (the pod reaches Failed), then gone."""
+    marked = updated(p)
+    marked["metadata"] |= {"deletionTimestamp": ts(requested + minutes(0.5)), "deletionGracePeriodSeconds": 30, "finalizers": ["foregroundDeletion"]}
+    statuses = []
+    for status in marked["status"]["containerStatuses"]:
+        state = terminated(137, ended, "Error")
+        state["terminated"]["startedAt"] = status["state"]["running"]["startedAt"]
+        statuses.append({**status, "state": state, "ready": False})
+    killed = updated(marked, phase="Failed", containerStatuses=statuses)
+    return [(marked, requested, "MODIFIED"), (killed, ended + minutes(0.05), "MODIFIED"), (killed, ended + minutes(0.1), "DELETED")]
+
+
+def _lws_status(lws: dict, ready: int, at: datetime) -> dict:
+    """Its status as the controller writes it (leaderworkerset_controller.go makeCondition)."""
+    available = condition("Available", "AllGroupsReady", "All replicas are ready", at, "True" if ready else "False")
+    progressing = condition("Progressing", "GroupsProgressing", "Replicas are progressing", at, "False" if ready else "True")
+    del available["lastUpdateTime"], progressing["lastUpdateTime"]
+    return updated(lws, replicas=1, readyReplicas=ready, updatedReplicas=1, conditions=[available, progressing])
+
+
+def lws_group_recreated(run: str = "serve", t0: datetime = T0, *, again: bool = False) -> list[dict]:
+    """R16.3: a LeaderWorkerSet of one group, a leader and one worker, 8 GPUs each
+    (`restartPolicy: RecreateGroupOnPodRestart`). The worker's GPU falls off the bus (Xid
+    79); its container exits and the kubelet restarts it; the controller deletes the leader
+    to recreate the group, and the group comes back: same pod names, new uids. `again`: the
+    next generation's worker is OOM-killed twenty minutes later and the group is recreated
+    once more."""
+    lws = leaderworkerset(run, created=t0 - minutes(60))
+    leaders_sts = kube_uid()  # the leader StatefulSet `<lws>`: the same for every generation
+    out = [record(lws, t0 - minutes(60), "ADDED")]
+    generations = [(t0 - minutes(59.9), "gpu-41"), (t0 - minutes(19), "gpu-43")] + ([(t0 - minutes(1), "gpu-44")] if again else [])
+    ends = [(t0 - minutes(20), 1, "Error"), (t0 - minutes(2), 137, "OOMKilled")]
+    for number, (made, node) in enumerate(generations):
+        leader = lws_pod(lws, 0, 0, node="gpu-40", created=made, owner_uid=leaders_sts)
+        worker = lws_pod(lws, 0, 1, node=node, created=made + minutes(0.1), owner_uid=kube_uid())  # its worker StatefulSet is new too
+        out += [record(leader, made, "ADDED"), record(worker, made + minutes(0.1), "ADDED")]
+        started = made + minutes(1)
+        leader, worker = _running(leader, started), _running(worker, started)
+        out += [record(leader, started + minutes(0.1)), record(worker, started + minutes(0.2))]
+        out.append(record(_lws_status(lws, 1, started + minutes(0.5)), started + minutes(0.5)))
+        if number == len(generations) - 1:
+            break
+        ended, exit_code, reason = ends[number]
+        if number == 0:
+            xid = event(worker, code=79, first=ended - minutes(0.5), reporting=node)
+            out.append(record(xid, ended - minutes(0.5), "ADDED"))
+        worker = _restarted(worker, ended, exit_code, reason, started)
+        out.append(record(worker, ended + minutes(0.1)))
+        note = f"Worker pod {worker['metadata']['name']} failed, deleted leader pod {leader['metadata']['name']} to recreate group 0"
+        out.append(record(_lws_event(lws, note, ended + minutes(0.2)), ended + minutes(0.2), "ADDED"))
+        teardown = _torn_down(leader, ended + minutes(0.2), ended + minutes(0.6)) + _torn_down(worker, ended + minutes(0.3), ended + minutes(0.4))
+        out += [record(obj, at, change) for obj, at, change in teardown]
+        out.append(record(_lws_status(lws, 0, ended + minutes(0.8)), ended + minutes(0.8)))
+    return out
+
+
 RESTART_STORIES = {
     "jobset-job-restarts": job_restarts_then_fail,
     "jobset-in-place-restart": in_place_restart_then_fail,
     "rayjob-retried": rayjob_retried_then_fails,
+    "lws-group-recreated": lws_group_recreated,
 }

@@ -152,6 +152,10 @@ def test_r18_1_pods_of_every_tracked_kind_are_candidates() -> None:
         "orchestrated JobSet child": gpu_pod(labels=b.jobset_pod_labels("js", 0)),
         "batch Job pod": gpu_pod(labels=b.job_pod_labels(job), owners=b.owned_by(job)),
         "bare GPU pod": gpu_pod(labels={}),
+        # R16.3: owned by a StatefulSet (no tracked kind), its group named by its labels.
+        "LeaderWorkerSet worker": gpu_pod(labels={"leaderworkerset.sigs.k8s.io/name": "serve", "leaderworkerset.sigs.k8s.io/group-index": "0",
+                                                  "leaderworkerset.sigs.k8s.io/worker-index": "1"},
+                                          owners=[b.owner("StatefulSet", "serve-0", "sts-uid", "apps/v1")]),  # fmt: skip
     }
     for what, p in candidates.items():
         assert isinstance(decided(fault_on(p), p), Mark), what

@@ -16,8 +16,9 @@ hand-over in one process; Kafka, with the states made durable first, app/stream)
 Stream time (R12.5) has one definition, `Scope.stream_time`: the scope's watermark for
 the cluster, else the latest record time the stage folded in that scope. The embedded
 driver has one scope per stage (it reads every partition); a Faust worker one per stage
-and input partition, begun anew with each ownership of the partition (SPEC R12.3: never
-progress carried over from an earlier ownership).
+and input partition, begun anew with each ownership of the partition (SPEC R12.3): it
+takes up the progress the partition's states were last saved with, not what this worker
+knew the last time it held it (docs/streaming.md).
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ pods meet it — is its own module's (app/core/kinds); this module applies R13.1
 The attempt stage is keyed by what a pod can name (`Route.key`, the *join key*): for
 labels and most workloads the attempt key itself; for a JobSet the JobSet (its pods
 name it by uid, not the TrainJob that may own it), for a RayJob its RayCluster (its pods
-name only the cluster). The attempt's identity travels with the tracked object's facts
+name only the cluster), for a LeaderWorkerSet each of its groups by name and index (its
+pods name no uid; R16.3). The attempt's identity travels with the tracked object's facts
 (`JobFacts.attempt`), or with the pod where the pod is the attempt.
 """
 
@@ -24,7 +25,7 @@ from app.model.facts import AttemptId, PodFacts
 from app.model.k8s import Job
 from app.model.records import ClassifiedFailure, GangTransition, Identity, ObjectRef
 
-__all__ = ["AttemptId", "Route", "attempt_name", "attempt_of", "gang_attempt", "is_child_pod", "job_attempt", "pod_route"]
+__all__ = ["AttemptId", "Route", "attempt_name", "attempt_of", "gang_attempt", "is_child_pod", "job_attempts", "pod_route"]
 
 
 def attempt_of(cluster: str, namespace: str, labels: dict[str, str], rules: Rules) -> AttemptId | None:
@@ -60,30 +61,30 @@ def pod_route(pod: PodFacts, rules: Rules) -> Route | None:
     return registry.route_pod(pod, rules)
 
 
-def job_attempt(cluster: str, job: Job, rules: Rules, trim: Trim) -> tuple[str, AttemptId] | None:
-    """R13.1, R13.4 for a k8s.jobs record: the attempt stage's key and the attempt the
-    object tracks, or None (not tracked, another object's, or asks for no GPU)."""
+def job_attempts(cluster: str, job: Job, rules: Rules, trim: Trim) -> tuple[list[tuple[str, AttemptId]], int]:
+    """R13.1, R13.4 for a k8s.jobs record: the attempt stage's keys and the attempts the
+    object tracks (none: not tracked, another object's, or asks for no GPU; one, but a
+    LeaderWorkerSet's groups each, R16.3), and how many it left out (R11.5)."""
     kind = registry.kind_of(job.api_version, job.kind)
     if kind is None or not kind.records_attempt():
-        return None  # a TrainJob's own record joins nothing: its JobSet's carries it
+        return [], 0  # a TrainJob's own record joins nothing: its JobSet's carries it
     if not kind.requests_gpu(job, rules):
-        return None  # most Jobs (CronJobs' among them): decided here, cheaply
+        return [], 0  # most Jobs (CronJobs' among them): decided here, cheaply
     meta = job.metadata
     namespace = meta.namespace
     labelled = attempt_of(cluster, namespace, meta.labels, rules)
     if labelled is not None:
         # R1 unchanged: labels win; only R1's tracked resources are attempts under them.
-        return (labelled.key, labelled) if kind.tracked_under_labels else None
+        return ([(labelled.key, labelled)] if kind.tracked_under_labels else []), 0
     if not rules.workload_identity:
-        return None
+        return [], 0
     owner = controller_of(meta, trim)
     attempt = kind.owners_attempt(cluster, job, owner, trim)
     if attempt is None:
         if registry.owner_kind(owner) is not None:
-            return None  # R13.2: it belongs to its owner
+            return [], 0  # R13.2: it belongs to its owner
         attempt = workload_attempt(cluster, namespace, kind.name, meta.name, meta.uid)
-    key = kind.join_key(cluster, job, attempt, trim)
-    return (key, attempt) if key is not None else None
+    return kind.join_keys(cluster, job, attempt, trim)
 
 
 def gang_attempt(cluster: str, job: Job, rules: Rules, trim: Trim) -> tuple[str, Identity, ObjectRef]:
@@ -114,4 +115,6 @@ def attempt_name(record: ClassifiedFailure | GangTransition) -> str:
     if record.identity == "labels":
         return record.key
     tracked = record.tracked
-    return f"{record.cluster}/{record.namespace}/{tracked.kind}/{tracked.name} ({tracked.uid[:SHORT_UID]})"
+    name = f"{record.cluster}/{record.namespace}/{tracked.kind}/{tracked.name} ({tracked.uid[:SHORT_UID]})"
+    _, grouped, group = record.key.rpartition(f"/{tracked.uid}/group/")
+    return f"{name} group {group}" if grouped else name  # R16.3: one group of it

@@ -50,6 +50,10 @@ MAX_EXECUTION_TIME = "DeactivatedDueToMaximumExecutionTimeExceeded"
 USER_CAUSED = frozenset({PREEMPTION, MAX_EXECUTION_TIME})
 
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"  # kueue pkg/controller/constants/constants.go JobUIDLabel
+# The same file, ComponentWorkloadIndexAnnotation: a Workload of one component of a job (a
+# LeaderWorkerSet's group: kueue v0.19.2 pkg/controller/jobs/leaderworkerset/leaderworkerset_reconciler.go
+# makes one per group, labelled with the job's uid and owned, not controlled, by it).
+COMPONENT_INDEX = "kueue.x-k8s.io/component-workload-index"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"  # the same file, QueueLabel: a job's LocalQueue
 
 
@@ -96,18 +100,28 @@ def job_uid_of(workload: Workload, rules: Rules) -> str | None:
     """R9.1, R15.1: the uid of the job a Workload belongs to: the `job-uid` label, else its
     controller ownerReference; only for the kinds Kueue suspends that faultline follows,
     and only when the job's pods ask for a GPU where that decides (a batch Job's, R13.2:
-    a CronJob's Jobs under Kueue must not keep gang state). Without `workload_identity`,
+    a CronJob's Jobs under Kueue must not keep gang state); never for a Workload of one
+    component of a job, or one a kind Kueue is not followed for owns (a LeaderWorkerSet's
+    groups', R16.3). Without `workload_identity`,
     only a kind R9 follows under an orchestrator's labels (a JobSet): a Workload whose
     controller is another kind belongs to no gang, though Kueue labels it with that job's
     uid too."""
-    controller = next((o for o in workload.metadata.owner_references if o.controller), None)
-    if controller is not None:
+    meta = workload.metadata
+    if COMPONENT_INDEX in meta.annotations:
+        return None  # one group's Workload: no gang of the job as a whole is followed (docs/rules.md, R16.3)
+    controller = next((o for o in meta.owner_references if o.controller), None)
+    if controller is None:
+        for ref in meta.owner_references:  # owned, not controlled, by a kind Kueue is not followed for
+            kind = registry.kind_of(ref.api_version, ref.kind)
+            if kind is not None and not kind.kueue:
+                return None
+    else:
         kind = registry.kind_of(controller.api_version, controller.kind)
         if kind is None or not kind.kueue or not (rules.workload_identity or kind.gang_under_labels):
             return None
         if not kind.workload_requests_gpu(workload, rules):
             return None
-    labelled = workload.metadata.labels.get(JOB_UID_LABEL, "")
+    labelled = meta.labels.get(JOB_UID_LABEL, "")
     if labelled:
         return labelled
     return controller.uid if controller is not None and controller.uid else None

@@ -12,6 +12,7 @@ ones every kind shares: workload keys (R13.3), the GPU request (R13.2), conditio
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Final, Literal, NamedTuple
 
@@ -61,6 +62,13 @@ class Route(msgspec.Struct, frozen=True, gc=False):  # a Struct: made for every 
     attempt: AttemptId | None
 
 
+class PodGeneration(NamedTuple):
+    """R16.3: a generation its pods tell ended (a LeaderWorkerSet group recreated), and its pods."""
+
+    end: GenerationEnd
+    pods: tuple[PodFacts, ...]
+
+
 class End(NamedTuple):
     """A job's own ending (R9.10, R15.3): Completed, or Ended with a reason."""
 
@@ -93,6 +101,11 @@ class WorkloadKind:
     # R16.4: its generations are joined under keys of their own (a RayJob's tries, each on
     # its own RayCluster): their records' revisions start above the earlier ones'.
     tries_apart: bool = False
+    # R16.3: its join keys outlive it (they name it by name, not uid): an object created
+    # again under its name meets its pods under the same keys, and is another attempt.
+    keys_outlive_objects: bool = False
+    # R16.3: its generations are told by its pods (no counter keeps them: `pod_generations`).
+    generations_by_pods: bool = False
     # R4.2, R13.4: the pod labels its selection reads (kept in a pod's facts).
     pod_labels: tuple[str, ...] = ()
     # The labels its operator sets on the pods it creates: such a pod is a child pod, never
@@ -128,6 +141,12 @@ class WorkloadKind:
         no pod of its can be joined yet)."""
         return attempt.key
 
+    def join_keys(self, cluster: str, job: Job, attempt: AttemptId, trim: Trim) -> tuple[list[tuple[str, AttemptId]], int]:
+        """Every attempt its record speaks for, with its join key (one, but a LeaderWorkerSet
+        speaks for each of its groups, R16.3), and how many it leaves out (R11.5)."""
+        key = self.join_key(cluster, job, attempt, trim)
+        return ([(key, attempt)] if key is not None else []), 0
+
     def route_pod(self, pod: PodFacts, rules: Rules) -> Route | None:
         """R13.4: the attempt stage's key of a pod of this kind, if the pod names one."""
         return None
@@ -151,6 +170,20 @@ class WorkloadKind:
     def generation_ended(self, counter: str, value: int, job: JobFacts, at: datetime) -> GenerationEnd:
         """The generation `value` of `counter` that `job`, seen at `at`, shows ended."""
         raise NotImplementedError(f"{self.name} keeps no counter {counter!r}")
+
+    def pod_generations(self, job: JobFacts, pods: Iterable[PodFacts], first: int) -> list[PodGeneration]:
+        """R16.3: the generations its pods show ended with a failure (`generations_by_pods`),
+        numbered from `first` (the generations before were left out of the state, R11.5)."""
+        return []
+
+    def kept_pods(self, job: JobFacts | None, pods: dict[str, PodFacts], rules: Rules) -> tuple[dict[str, PodFacts], int]:
+        """R11.5 where its pods tell its generations: the pods of the generations kept, and
+        how many generations were left out (the oldest)."""
+        return pods, 0
+
+    def restart_policy(self, job: Job) -> str:
+        """R16.3: what its controller does when a pod of it restarts, as it says it."""
+        return ""
 
     # --- R6.1, R13.5: its failure -------------------------------------------------------------
 

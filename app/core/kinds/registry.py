@@ -12,6 +12,7 @@ from app.core.kinds.base import Api, Route, WorkloadKind, group_of
 from app.core.kinds.batch_job import BatchJob
 from app.core.kinds.jobset import JobSet
 from app.core.kinds.kubeflow import JAXJOB, MPIJOB, PYTORCHJOB, TFJOB
+from app.core.kinds.lws import LeaderWorkerSet
 from app.core.kinds.pod import Pod
 from app.core.kinds.rayjob import RayJob
 from app.core.kinds.trainjob import TrainJob
@@ -19,9 +20,10 @@ from app.model.envelope import EVENTS, WORKLOADS
 from app.model.facts import OwnerFacts, PodFacts
 
 POD, RAYJOB, JOBSET, TRAINJOB, BATCH_JOB = Pod(), RayJob(), JobSet(), TrainJob(), BatchJob()
+LWS = LeaderWorkerSet()
 
-# The workload kinds (R1, R13.2), in the order the bridge lists them.
-KINDS: Final[tuple[WorkloadKind, ...]] = (POD, RAYJOB, PYTORCHJOB, TFJOB, MPIJOB, JAXJOB, JOBSET, TRAINJOB, BATCH_JOB)
+# The workload kinds (R1, R13.2, R16), in the order the bridge lists them.
+KINDS: Final[tuple[WorkloadKind, ...]] = (POD, RAYJOB, PYTORCHJOB, TFJOB, MPIJOB, JAXJOB, JOBSET, TRAINJOB, LWS, BATCH_JOB)
 
 # What else the bridge watches: Events (faults, R2; keyed by the object they are about, so
 # a pod's Events share its partition) and Kueue's Workloads (R9, R15: the version the
@@ -38,7 +40,7 @@ _BY_NAME: Final = {k.name: k for k in KINDS}
 _OWNERS: Final = {key: k for key, k in _BY_API.items() if k is not POD}
 # R13.4: pods are routed by the first kind that claims them; those after the GPU gate only
 # when the pod asks for a GPU (a CPU-only Job and its pods create no attempt state at all).
-_ROUTES_ANY_POD: Final = (JOBSET, PYTORCHJOB, TFJOB, MPIJOB, JAXJOB)
+_ROUTES_ANY_POD: Final = (JOBSET, PYTORCHJOB, TFJOB, MPIJOB, JAXJOB, LWS)
 _ROUTES_GPU_POD: Final = (RAYJOB, BATCH_JOB, POD)
 
 
@@ -66,16 +68,22 @@ def joined_by_owner(owner: OwnerFacts | None) -> OwnerFacts | None:
 
 def route_pod(pod: PodFacts, rules: Rules) -> Route | None:
     """R13.4 for a pod without an orchestrator's labels: the first kind that claims it."""
+    claimed = claiming_kind(pod, rules)
+    return claimed[1] if claimed is not None else None
+
+
+def claiming_kind(pod: PodFacts, rules: Rules) -> tuple[WorkloadKind, Route] | None:
+    """The first kind that claims a pod without an orchestrator's labels, and its route."""
     for kind in _ROUTES_ANY_POD:
         route = kind.route_pod(pod, rules)
         if route is not None:
-            return route
+            return kind, route
     if not pod.requests_gpu:
         return None
     for kind in _ROUTES_GPU_POD:
         route = kind.route_pod(pod, rules)
         if route is not None:
-            return route
+            return kind, route
     return None
 
 

@@ -28,7 +28,7 @@ from app.core.verdicts.gpu_time import GpuTime, gpu_time_of
 from app.core.base.progress import Watermarks
 from app.core.verdicts.relevance import anchor_of, crd_failed_at, disrupted_within, is_relevant, pod_task_failed_at, run_began
 from app.core.base.rules import Rules
-from app.core.verdicts.classify import BaseFailure, Outcome, classify, pod_base_failure
+from app.core.verdicts.classify import BaseFailure, Outcome, classify, pod_base_failure, previous_run_failure
 from app.model.facts import AttemptFact, AttributedFault, Counted, GenerationEnd, JobFacts, PodFacts, QuotaFacts
 from app.core.stages.attempt_goodput import AttemptUsage, accounted, terminal_goodput, with_quota
 from app.model.records import CLASSIFIED_FAILURES, ClassifiedFailure, ObjectRef
@@ -58,6 +58,9 @@ class AttemptState(msgspec.Struct, frozen=True):
     revisions: tuple[tuple[int, str, str, int, bool, datetime], ...] = ()
     # How each of its failures counts in the fleet's rates: "<tracked uid>/<generation>" -> count.
     counted: dict[str, Counted] = {}
+    # R16.3 under R11.5: generations told by pods whose pods were left out (the oldest):
+    # the later ones are numbered after them.
+    pod_generations_dropped: int = 0
     usage: AttemptUsage | None = None  # SPEC R17: its Workloads' quota, its hours told the fleet, its idle quota
 
 
@@ -128,9 +131,12 @@ def _crd_verdicts(state: AttemptState, job: JobFacts, rules: Rules) -> list[_Ver
     kind = registry.kind_named(job.kind)
     carried = _earlier_tries(state, job) if kind is not None and kind.tries_apart else []
     kept_since: datetime | None = None  # the end of the latest in-place generation so far
-    for ended in sorted(state.ended.values(), key=_ended_order):  # R8.1, R16.1, R16.2
-        base = BaseFailure(RESTART_FAILURE_CODE, "USER", ended.reason)
-        pods = _child_pods(state, job, ended)
+    generations = [(ended, _child_pods(state, job, ended)) for ended in state.ended.values()]  # R8.1, R16.1, R16.2
+    if kind is not None and kind.generations_by_pods:  # R16.3: told by its pods
+        found = kind.pod_generations(job, state.pods.values(), state.pod_generations_dropped)
+        generations += [(g.end, [p for p in g.pods if not has_succeeded(p)]) for g in found]
+    for ended, pods in sorted(generations, key=lambda g: _ended_order(g[0])):
+        base = _generation_base(ended, state.pods)
         since = kept_since if ended.kept_pods else None
         outcome = _outcome(base, pods, ended.at, job.namespace, rules, since)
         verdicts.append(_Verdict(ended.id, tracked, ended.number, False, ended.at, outcome, tuple(carried), gpu_time_of(pods, ended.at, since)))
@@ -145,6 +151,17 @@ def _crd_verdicts(state: AttemptState, job: JobFacts, rules: Rules) -> list[_Ver
         outcome = _outcome(base, pods, failed_at, job.namespace, rules, kept_since)
         verdicts.append(_Verdict(str(generation), tracked, generation, True, failed_at, outcome, tuple(carried), gpu_time_of(pods, failed_at, kept_since)))
     return verdicts
+
+
+def _generation_base(ended: GenerationEnd, pods: dict[str, PodFacts]) -> BaseFailure:
+    """A generation's own failure: R8.1's `Unknown` (a restart says nothing of why), or
+    where its pods tell what failed (R16.3), how that container's previous run ended."""
+    failed = pods.get(ended.failed_pod) if ended.failed_container else None
+    container = next((c for c in failed.containers if c.name == ended.failed_container), None) if failed is not None else None
+    if container is None:
+        return BaseFailure(RESTART_FAILURE_CODE, "USER", ended.reason)
+    base = previous_run_failure(container)
+    return BaseFailure(base.code, base.kind, f"{ended.reason}: {base.message}")
 
 
 def _earlier_tries(state: AttemptState, job: JobFacts) -> list[str]:
@@ -246,8 +263,17 @@ def _absorb(state: AttemptState, fact: AttemptFact, rules: Rules) -> tuple[Attem
         if identity is None:  # the pod may say which attempt it is (labels, a bare pod, R13.1)
             route = pod_route(fact, rules)
             identity = route.attempt if route is not None else None
-        return msgspec.structs.replace(state, pods={**state.pods, fact.uid: fact}, identity=identity, last_activity=last_activity), 0
+        pods, lost = _kept_pods(state, fact, {**state.pods, fact.uid: fact}, rules)
+        state = msgspec.structs.replace(state, pods=pods, identity=identity, last_activity=last_activity)
+        return (msgspec.structs.replace(state, pod_generations_dropped=state.pod_generations_dropped + lost) if lost else state), lost
     previous = state.job
+    kind = registry.kind_named(fact.kind)
+    if previous is not None and previous.uid != fact.uid and kind is not None and kind.keys_outlive_objects:
+        if _made(fact) < _made(previous):
+            return msgspec.structs.replace(state, last_activity=last_activity), 0  # R13.3: the object this key held before
+        # R13.3: another object of its name, another attempt: nothing of the earlier one carries over.
+        state = AttemptState(key=state.key, last_activity=last_activity, pods=state.pods)
+        previous = None
     failed_seen_at = state.job_failed_seen_at
     if fact.failure is not None and (previous is None or previous.failure is None) and failed_seen_at is None:
         failed_seen_at = fact.observed_at
@@ -260,14 +286,49 @@ def _absorb(state: AttemptState, fact: AttemptFact, rules: Rules) -> tuple[Attem
         ended=ended,
         last_activity=last_activity,
     )
+    if kind is not None and kind.generations_by_pods:
+        pods, dropped_pods = kind.kept_pods(fact, state.pods, rules)
+        if pods is not state.pods:
+            state = msgspec.structs.replace(state, pods=pods, pod_generations_dropped=state.pod_generations_dropped + dropped_pods)
+            lost += dropped_pods
     return state, lost
+
+
+def _made(job: JobFacts) -> tuple[datetime, str]:
+    """R13.3: which of two objects under one key is the later (created later; then by uid)."""
+    return job.created_at or _EPOCH, job.uid
+
+
+def _kept_pods(state: AttemptState, fact: PodFacts, pods: dict[str, PodFacts], rules: Rules) -> tuple[dict[str, PodFacts], int]:
+    """R11.5 where a kind's pods tell its generations (R16.3): the pods of the latest ones.
+    Before its object is known the kind is the one that claims the pod, asked only once
+    the state holds many pods."""
+    job = state.job
+    if job is not None:
+        kind = registry.kind_named(job.kind)
+    elif len(pods) > rules.max_generations:
+        claimed = registry.claiming_kind(fact, rules)
+        kind = claimed[0] if claimed is not None else None
+    else:
+        return pods, 0
+    if kind is None or not kind.generations_by_pods:
+        return pods, 0
+    return kind.kept_pods(job, pods, rules)
 
 
 def _may_have_failed(state: AttemptState) -> bool:
     # Cheap gate: most facts belong to attempts that are running fine.
-    if state.job is not None:
-        return state.job.failure is not None or bool(state.ended)
+    job = state.job
+    if job is not None:
+        if job.failure is not None or state.ended:
+            return True
+        kind = registry.kind_named(job.kind)  # R16.3: a restarted container or a disrupted pod (R14.1, R16.6)
+        return kind is not None and kind.generations_by_pods and any(_troubled(p) for p in state.pods.values())
     return any(p.phase == "Failed" for p in state.pods.values())
+
+
+def _troubled(pod: PodFacts) -> bool:
+    return pod.disruption is not None or pod.force_deleted is not None or any(c.restarted_at is not None for c in pod.containers)
 
 
 def fold_attempt(
@@ -316,6 +377,9 @@ def attempt_expires_at(state: AttemptState, rules: Rules) -> datetime | None:
     job = state.job
     if job is not None:
         ended = job.failure is not None or job.completed or job.deleted
+        if not ended and state.pods and all(p.deleted for p in state.pods.values()):
+            kind = registry.kind_named(job.kind)  # R16.3: a group scaled away lives on in no pod
+            ended = kind is not None and kind.generations_by_pods
     else:
         ended = all(p.deleted or p.phase in ("Succeeded", "Failed") for p in state.pods.values())
     return after(state.last_activity, rules.retention) if ended else None

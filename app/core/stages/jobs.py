@@ -6,14 +6,17 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from app.core.identity.attempt import job_attempt
+import msgspec
+
+from app.core.identity.attempt import job_attempts
 from app.core.base.bounds import Trim
 from app.core.base.clock import require_in_range
-from app.core.base.emit import Emit
+from app.core.base.emit import Emit, dropped
 from app.core.stages.gangs import gang_input_of
 from app.core.base.progress import Watermarks
 from app.core.base.rules import Rules
 from app.core.kinds import registry
+from app.core.kinds.lws import DROPPED_GROUPS
 from app.model.decode import TypedEnvelope
 from app.model.envelope import ChangeType
 from app.model.facts import ATTEMPT_FACTS, AttemptId, CrdFailure, JobFacts
@@ -24,7 +27,7 @@ def job_facts_of(
     change: ChangeType, observed_at: datetime, cluster: str, job: Job, attempt: AttemptId, trim: Trim, rules: Rules
 ) -> JobFacts:
     kind = registry.kind_of(job.api_version, job.kind)
-    assert kind is not None  # a job of a kind faultline does not know has no attempt (attempt.job_attempt)
+    assert kind is not None  # a job of a kind faultline does not know has no attempt (attempt.job_attempts)
     failed = kind.failure(job)
     require_in_range((("the failed condition's lastTransitionTime", failed.at if failed else None),), rules)
     return JobFacts(
@@ -39,6 +42,8 @@ def job_facts_of(
         counters=kind.counters(job),
         tries=job.status.failed or 0,
         ray_cluster_name=job.status.ray_cluster_name,
+        created_at=job.metadata.creation_timestamp if kind.keys_outlive_objects else None,
+        restart_policy=kind.restart_policy(job),
         failure=CrdFailure(trim.token(failed.code), trim.message(failed.message), failed.at) if failed else None,
         completed=kind.completed(job),
         deleted=change == "DELETED",
@@ -49,11 +54,12 @@ def route_job(change: ChangeType, observed_at: datetime, cluster: str, job: Job,
     """A tracked object goes to its attempt, under the orchestrator's labels (R1) or as a
     workload attempt (R13); anything else has no attempt and is never classified."""
     trim = Trim(rules)
-    routed = job_attempt(cluster, job, rules, trim)
-    if routed is None:
+    routed, left_out = job_attempts(cluster, job, rules, trim)
+    if not routed:
         return []
-    key, attempt = routed
-    return [Emit(ATTEMPT_FACTS, key, job_facts_of(change, observed_at, cluster, job, attempt, trim, rules)), *trim.dropped()]
+    facts = job_facts_of(change, observed_at, cluster, job, routed[0][1], trim, rules)
+    emits = [Emit(ATTEMPT_FACTS, key, facts if attempt is routed[0][1] else msgspec.structs.replace(facts, attempt=attempt)) for key, attempt in routed]
+    return [*emits, *trim.dropped(), *dropped(DROPPED_GROUPS, left_out)]
 
 
 def route_job_record(_: None, __: str, envelope: TypedEnvelope[Job], rules: Rules, marks: Watermarks) -> tuple[None, list[Emit]]:

@@ -97,9 +97,20 @@ def uid_named_by(event: Event) -> str:
 def _container_facts(name: str, status: ContainerStatus | None, trim: Trim) -> ContainerFacts:
     terminated = status.state.terminated if status is not None else None
     before = status.last_state.terminated if status is not None else None
-    restarted_at = before.finished_at if before is not None else None
+    if before is not None:  # restarted (R16.2, R16.3): how its previous run ended
+        last = (before.finished_at, before.exit_code, trim.token(before.reason), trim.message(before.message))
+    else:
+        last = (None, 0, "", "")
+    restarted_at, last_exit_code, last_reason, last_message = last
     if terminated is None:
-        return ContainerFacts(name=name, reported=status is not None, restarted_at=restarted_at)
+        return ContainerFacts(
+            name=name,
+            reported=status is not None,
+            restarted_at=restarted_at,
+            last_exit_code=last_exit_code,
+            last_reason=last_reason,
+            last_message=last_message,
+        )
     return ContainerFacts(
         name=name,
         reported=True,
@@ -109,6 +120,9 @@ def _container_facts(name: str, status: ContainerStatus | None, trim: Trim) -> C
         message=trim.message(terminated.message),
         finished_at=terminated.finished_at,
         restarted_at=restarted_at,
+        last_exit_code=last_exit_code,
+        last_reason=last_reason,
+        last_message=last_message,
     )
 
 
@@ -332,9 +346,12 @@ def _require_times_in_range(facts: PodFacts, rules: Rules) -> None:
     recovered = facts.force_deleted.written if facts.force_deleted is not None else None
     deleted = facts.deletion_timestamp
     if (deleted is None or first <= deleted <= last) and (written is None or first <= written <= last):
-        if (recovered is None or first <= recovered <= last) and all(c.finished_at is None or first <= c.finished_at <= last for c in facts.containers):
+        if (recovered is None or first <= recovered <= last) and all(
+            (c.finished_at is None or first <= c.finished_at <= last) and (c.restarted_at is None or first <= c.restarted_at <= last) for c in facts.containers
+        ):
             return
-    times = (("container finishedAt", c.finished_at) for c in facts.containers)
+    times = [("container finishedAt", c.finished_at) for c in facts.containers]
+    times += [("container lastState finishedAt", c.restarted_at) for c in facts.containers]  # R16.2, R16.3 compute with it
     require_in_range(
         (
             ("metadata.deletionTimestamp", deleted),

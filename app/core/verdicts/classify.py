@@ -75,6 +75,15 @@ def _container_message(container: ContainerFacts) -> str:
     return f"{text}: {container.message}" if container.message else text
 
 
+def previous_run_failure(container: ContainerFacts) -> BaseFailure:
+    """R6.1's container rules over how a restarted container's previous run ended
+    (`lastState.terminated`, R16.3); one that exited 0 says nothing of why (`Unknown`)."""
+    last = ContainerFacts(
+        name=container.name, terminated=True, exit_code=container.last_exit_code, reason=container.last_reason, message=container.last_message
+    )
+    return _container_failure(last) or BaseFailure("Unknown", "USER", _container_message(last))
+
+
 def primary_of(pod: PodFacts) -> ContainerFacts | None:
     """R6.1: the declared primary container (R4.4), else the first regular container."""
     primary_name = pod.primary_container or (pod.containers[0].name if pod.containers else "")
