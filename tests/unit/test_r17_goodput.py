@@ -23,7 +23,7 @@ from app.model.facts import WorkloadQuota
 from app.model.fleet_records import GOODPUT, Goodput
 from app.model.records import CLASSIFIED_FAILURES, GANG_TRANSITIONS, IDLE_QUOTA, ClassifiedFailure, GangTransition, GoodputFigures, IdleQuota
 from tests.unit.drivers import new_pipeline
-from tests.unit import builders, stories
+from tests.unit import builders, scenario, stories
 from tests.unit.gang_builders import JOBSET_NAME, JOBSET_UID, NAMESPACE, k8s_time
 from tests.unit.goodput_world import (
     GPUS_PER_POD,
@@ -372,7 +372,7 @@ def test_r17_2_a_pod_force_deleted_off_an_unreachable_node_ran_until_its_deletio
             else line
             for line in lines
         ]
-        out = _fed(moved)
+        out = scenario.run(moved, derived=True)
         [verdict] = [v for v in verdicts(out) if v.terminal]
         figures.append((verdict.goodput, {k: msgspec.json.encode(v) for k, v in goodput(out).items()}))
         [hour] = goodput(out).values()
@@ -382,10 +382,3 @@ def test_r17_2_a_pod_force_deleted_off_an_unreachable_node_ran_until_its_deletio
         assert hour.running_gpu_seconds == GPUS_PER_POD * seconds(started, deleting) + others
     assert figures[0] == figures[1]
 
-
-def _fed(lines: list[dict[str, Any]]) -> list[Emit]:
-    pipeline = new_pipeline()
-    out: list[Emit] = []
-    for line in lines:
-        out += pipeline.feed(line["topic"], line["key"], orjson.dumps(line["value"]))
-    return out + pipeline.finish()
