@@ -279,7 +279,9 @@ class Progress(msgspec.Struct, frozen=True, gc=False, tag="Progress", tag_field=
     partition of its internal topics: the bridge of `cluster` has published (and Kafka
     acknowledged) every change of `topic` it received before `observed_at`, and the
     forwarding stage has written everything it read of `topic`[`partition`] before that.
-    `partitions` is the source topic's partition count. `final`: the end of the input
+    `partitions` is the source topic's partition count. Under a stage's own name
+    (`<stage>:<topic>`, `Stage.progress_as_own`) it is that stage's watermark of `topic` in
+    its input `partition` of `partitions`. `final`: the end of the input
     (a trace): nothing more will come on any partition, the watermark is infinite."""
 
     cluster: str

@@ -84,10 +84,10 @@ class Stage(msgspec.Struct, frozen=True):
     # stream time, or ANY_PROGRESS); it is decided again (`settle`) once progress gets there.
     waits_until: Callable[[Any, Rules], datetime | None] | None = None
     settle: Settle | None = None
-    # Internal topics it forwards progress to under its own name (`<stage>:<topic>`): a
-    # stage that feeds one its records reach by two paths, so that the reader's watermark
-    # waits for both (R12.3: the gangs stage's quota facts and the jobs stage's job facts
-    # both go to the attempt stage).
+    # Internal topics it forwards its own watermark to, under its own name (`<stage>:<topic>`,
+    # `forwarded`): a stage that feeds one its records reach by two paths, so that the
+    # reader's watermark waits for both (R12.3: the gangs stage's quota facts and the jobs
+    # stage's job facts both go to the attempt stage).
     progress_as_own: tuple[str, ...] = ()
 
     @property
@@ -145,6 +145,30 @@ STAGES: tuple[Stage, ...] = (PODS_STAGE, JOBS_STAGE, ATTEMPTS_STAGE, GANGS_STAGE
 # Every topic a stage reads has exactly one reader.
 STAGE_OF: dict[str, Stage] = {i.topic: stage for stage in STAGES for i in stage.inputs}
 INPUT_OF: dict[str, Input] = {i.topic: i for stage in STAGES for i in stage.inputs}
+
+
+def _sources(stage: Stage) -> tuple[str, ...]:
+    """The source topics whose progress reaches `stage` (through the stages before it)."""
+    out: list[str] = []
+    for topic in stage.topics:
+        writers = [s for s in STAGES if topic in s.outputs]
+        for found in [topic] if not writers else [t for w in writers for t in _sources(w)]:
+            if found not in out:
+                out.append(found)
+    return tuple(out)
+
+
+# R12.3: stage -> source topic -> the names its progress also comes under, by another path
+# (`Stage.progress_as_own`): once a stage hears of a source topic, its watermark waits for
+# each of them too, so that its stream time never runs ahead of a path not yet heard from.
+EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
+    reader.name: {
+        source: tuple(f"{w.name}:{source}" for w in STAGES if set(w.progress_as_own) & set(reader.topics) and source in _sources(w))
+        for source in _sources(reader)
+        if any(source in _sources(w) for w in STAGES if set(w.progress_as_own) & set(reader.topics))
+    }
+    for reader in STAGES
+}
 OUTPUT_TOPICS: tuple[str, ...] = (FAULTS, CLASSIFIED_FAILURES, GANG_TRANSITIONS, STUCK_READMISSIONS, IDLE_QUOTA, DEAD_LETTER, *DERIVED_TOPICS)
 
 
@@ -242,16 +266,36 @@ def progress_in(record: StageRecord) -> bool:
     return isinstance(record, Progress) or getattr(record, "type", None) == BOOKMARK
 
 
-def forwarded(stage: Stage, progress: Progress) -> list[Emit]:
+def forwarded(stage: Stage, progress: Progress, marks: Watermarks, partition: int, partitions: int) -> list[Emit]:
     """R12.3: what a stage writes on progress: the same progress to every partition of
     each internal topic it writes, so the next stage computes the same watermark. The
-    drivers send a `Progress` value to every partition (`to_every_partition`)."""
+    drivers send a `Progress` value to every partition (`to_every_partition`).
+
+    To a topic in `progress_as_own` a stage sends its own watermark instead (`marks`, of
+    its input `partition` of `partitions`), under its own name: a stage that reads an
+    internal topic hears of every source partition in each of its partitions, so the
+    source partition's progress, forwarded as it came, would reach the reader from each of
+    them and vouch for what the slowest has not written yet. Its own watermark, tagged
+    with its own partition, makes the reader's the least over all of them."""
     out = []
     for topic in stage.outputs:
         if topic in INTERNAL_TOPICS:
-            sent = msgspec.structs.replace(progress, topic=f"{stage.name}:{progress.topic}") if topic in stage.progress_as_own else progress
-            out.append(Emit(topic, sent.topic, sent))
+            sent: Progress | None = progress
+            if topic in stage.progress_as_own:
+                sent = own_progress(stage, progress, marks, partition, partitions)
+            if sent is not None:
+                out.append(Emit(topic, sent.topic, sent))
     return out
+
+
+def own_progress(stage: Stage, progress: Progress, marks: Watermarks, partition: int, partitions: int) -> Progress | None:
+    """The stage's own watermark of `progress`'s (cluster, topic), as its input `partition`
+    of `partitions` forwards it (`<stage>:<topic>`); None while it has none."""
+    name = f"{stage.name}:{progress.topic}"
+    if progress.final:
+        return msgspec.structs.replace(progress, topic=name)
+    mark = marks.of(progress.cluster, progress.topic)
+    return None if mark is None else Progress(progress.cluster, name, partition, partitions, mark)
 
 
 def to_every_partition(emit: Emit) -> bool:
