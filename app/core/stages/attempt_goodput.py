@@ -5,7 +5,8 @@ pods it already joins, and
 - puts the attempt's figures on its terminal verdict (`terminal_goodput`, R17.4);
 - tells the fleet stage the attempt's figures per UTC hour of its namespace and queue
   (`GoodputChange`, what changed since it last told it), from which the fleet derives
-  `faultline.goodput`;
+  `faultline.goodput`: at the next progress after a record that may change them (once per
+  progress step, not once per pod record);
 - reports idle quota on `faultline.idle-quota` (R17.3): once when a stretch of it passes
   `max_idle_quota` of stream time, once more when it ends. A decision is taken only once
   no record in flight can change it (R12.4): an open stretch when the stage's stream time
@@ -56,6 +57,7 @@ class AttemptUsage(msgspec.Struct, frozen=True, gc=False):
     reported: tuple[Reported, ...] = ()
     floor: datetime | None = None  # idle stretches that began at or before it are done
     wake: datetime | None = None  # R12.4: when its idle quota is to be decided again
+    untold: bool = False  # a figure may have changed since it last told the fleet: told on progress
 
 
 def with_quota(usage: AttemptUsage | None, fact: QuotaFacts) -> AttemptUsage:
@@ -96,13 +98,24 @@ def _matters(before: AttemptState, state: AttemptState, fact: Any) -> bool:
 def accounted(
     before: AttemptState, state: AttemptState, fact: Any, verdicts: Sequence[Any], rules: Rules, marks: Watermarks, emits: list[Emit]
 ) -> tuple[AttemptState, list[Emit]]:
-    """`state` (the attempt after `fact`, with `verdicts`) with its hours told to the fleet
-    and its idle quota decided, and the records that takes, after `emits`."""
+    """`state` (the attempt after `fact`, with `verdicts`) with its hours to tell the fleet
+    and its idle quota to decide, and the records that takes, after `emits`.
+
+    Both wait for the next progress (`settled`): the pods of an attempt end together, each
+    with a record of its own, and the fleet hears of them in one change per progress step
+    rather than one per pod record. The idle decisions rest on progress anyway (R12.4),
+    and what is told is a function of the state, so the figures are the same whenever it
+    is told. Where the stage has seen no progress at all (a trace without any), nothing
+    would settle before the end: told at once."""
     if not _matters(before, state, fact):
         return state, emits
     usage = state.usage or AttemptUsage()
+    if marks.latest:
+        if usage.untold:  # already waiting (ANY_PROGRESS)
+            return state, emits
+        return msgspec.structs.replace(state, usage=msgspec.structs.replace(usage, untold=True, wake=ANY_PROGRESS)), emits
     runs = _runs(state, verdicts)
-    usage, told = _hours(usage, state, runs, verdicts, rules, fact.observed_at)
+    usage, told = _hours(usage, state, runs, verdicts, rules, state.last_activity)
     usage, idle = _idle(usage, state, runs, rules, marks)
     if usage == (state.usage or AttemptUsage()):
         return state, emits
@@ -119,12 +132,19 @@ def _runs(state: AttemptState, verdicts: Sequence[Any]) -> list[Run]:
     return runs_of(state.pods.values(), failed_until(span for v in verdicts for span in v.gpu.spans))
 
 
-def settle_attempt(state: AttemptState, _: str, rules: Rules, marks: Watermarks) -> tuple[AttemptState, list[Emit]]:
-    """R12.4: stream time moved: decide the attempt's idle quota again."""
-    if state.usage is None:
+def settled(state: AttemptState, verdicts: Sequence[Any], rules: Rules, marks: Watermarks) -> tuple[AttemptState, list[Emit]]:
+    """R12.4: progress came: the attempt's hours told to the fleet if they may have
+    changed, its idle quota decided again."""
+    usage = state.usage
+    if usage is None:
         return state, []
-    usage, idle = _idle(state.usage, state, runs_of(state.pods.values()), rules, marks)
-    return (state if usage == state.usage else msgspec.structs.replace(state, usage=usage)), idle
+    runs = _runs(state, verdicts)
+    told: list[Emit] = []
+    if usage.untold:
+        usage, told = _hours(usage, state, runs, verdicts, rules, state.last_activity)
+        usage = msgspec.structs.replace(usage, untold=False, wake=None)  # idle quota sets its own, below
+    usage, idle = _idle(usage, state, runs, rules, marks)
+    return (state if usage == state.usage else msgspec.structs.replace(state, usage=usage)), [*told, *idle]
 
 
 def attempt_waits_until(state: AttemptState, rules: Rules) -> datetime | None:
