@@ -33,8 +33,8 @@ from typing import Any
 
 import msgspec
 
-from app.core.stages.attempts import AttemptState, attempt_expires_at, fold_attempt, settle_attempt
-from app.core.stages.attempt_goodput import attempt_waits_until
+from app.core.stages.attempts import AttemptState, attempt_expires_at, fold_attempt
+from app.core.stages.attempt_goodput import attempt_waits_until, settle_attempt
 from app.core.base.emit import DROPPED, Emit
 from app.core.fleet.fold import FleetStats, fleet_expires_at, fleet_waits_until, fold_fleet, settle_fleet
 from app.core.stages.gangs import GangStateData, fold_gang, gang_expires_at, gang_waits_until, route_workload_record, settle_gang

@@ -29,6 +29,7 @@ from app.core.base.emit import Emit
 from app.core.base.progress import ANY_PROGRESS, Watermarks
 from app.core.base.rules import Rules
 from app.core.stages.fleet_inputs import goodput_changes
+from app.core.verdicts.gpu_time import GpuSpan
 from app.core.verdicts.goodput import Episode, HourFigures, Run, attempt_figures, episodes, failed_until, hourly, run_end, runs_of
 from app.model.envelope import PODS
 from app.model.facts import END_OF_TIME, AttemptId, JobFacts, PodFacts, QuotaFacts
@@ -48,6 +49,27 @@ class Reported(msgspec.Struct, frozen=True, gc=False, array_like=True):
     open: bool
 
 
+class Failures(msgspec.Struct, frozen=True, gc=False, array_like=True):
+    """What R17 reads of the attempt's verdicts: whether the latest is terminal, when the
+    attempt failed (its terminal verdict's time), and each failure's kind and its pods'
+    spans (its lost GPU-seconds). Kept as the fold that could change them saw them, so
+    that deciding on progress needs no verdicts recomputed."""
+
+    terminal: bool = False
+    ended: datetime | None = None
+    losses: tuple[tuple[str, tuple[GpuSpan, ...]], ...] = ()
+
+
+NO_FAILURES = Failures()
+
+
+def failures_of(verdicts: Sequence[Any]) -> Failures:
+    if not verdicts:
+        return NO_FAILURES
+    ended = next((v.failed_at for v in reversed(verdicts) if v.terminal), None)
+    return Failures(verdicts[-1].terminal, ended, tuple((v.outcome.kind, v.gpu.spans) for v in verdicts))
+
+
 class AttemptUsage(msgspec.Struct, frozen=True, gc=False):
     """What the attempt stage keeps for R17 beside an attempt's pods and verdicts."""
 
@@ -58,6 +80,7 @@ class AttemptUsage(msgspec.Struct, frozen=True, gc=False):
     floor: datetime | None = None  # idle stretches that began at or before it are done
     wake: datetime | None = None  # R12.4: when its idle quota is to be decided again
     untold: bool = False  # a figure may have changed since it last told the fleet: told on progress
+    failures: Failures = NO_FAILURES  # its verdicts, as R17 reads them
 
 
 def with_quota(usage: AttemptUsage | None, fact: QuotaFacts) -> AttemptUsage:
@@ -110,38 +133,40 @@ def accounted(
     if not _matters(before, state, fact):
         return state, emits
     usage = state.usage or AttemptUsage()
+    failures = failures_of(verdicts)
     if marks.latest:
-        if usage.untold:  # already waiting (ANY_PROGRESS)
+        if usage.untold and usage.failures == failures:  # already waiting (ANY_PROGRESS)
             return state, emits
-        return msgspec.structs.replace(state, usage=msgspec.structs.replace(usage, untold=True, wake=ANY_PROGRESS)), emits
-    runs = _runs(state, verdicts)
-    usage, told = _hours(usage, state, runs, verdicts, rules, state.last_activity)
+        return msgspec.structs.replace(state, usage=msgspec.structs.replace(usage, untold=True, wake=ANY_PROGRESS, failures=failures)), emits
+    usage = msgspec.structs.replace(usage, failures=failures)
+    runs = _runs(state, failures)
+    usage, told = _hours(usage, state, runs, failures, rules, state.last_activity)
     usage, idle = _idle(usage, state, runs, rules, marks)
     if usage == (state.usage or AttemptUsage()):
         return state, emits
     return msgspec.structs.replace(state, usage=usage), [*emits, *told, *idle]
 
 
-def _runs(state: AttemptState, verdicts: Sequence[Any]) -> list[Run]:
+def _runs(state: AttemptState, failures: Failures) -> list[Run]:
     """Its pods' runs. One whose records never say when it stopped runs until the attempt
     failed (its terminal verdict: the caller ends it there) or, the attempt not failed,
     until its failures counted it (a pod of an earlier generation deleted with no time of
     its own): lost time is running time."""
-    if verdicts and verdicts[-1].terminal:
+    if failures.terminal:
         return runs_of(state.pods.values())
-    return runs_of(state.pods.values(), failed_until(span for v in verdicts for span in v.gpu.spans))
+    return runs_of(state.pods.values(), failed_until(span for _, spans in failures.losses for span in spans))
 
 
-def settled(state: AttemptState, verdicts: Sequence[Any], rules: Rules, marks: Watermarks) -> tuple[AttemptState, list[Emit]]:
+def settle_attempt(state: AttemptState, _: str, rules: Rules, marks: Watermarks) -> tuple[AttemptState, list[Emit]]:
     """R12.4: progress came: the attempt's hours told to the fleet if they may have
     changed, its idle quota decided again."""
     usage = state.usage
     if usage is None:
         return state, []
-    runs = _runs(state, verdicts)
+    runs = _runs(state, usage.failures)
     told: list[Emit] = []
     if usage.untold:
-        usage, told = _hours(usage, state, runs, verdicts, rules, state.last_activity)
+        usage, told = _hours(usage, state, runs, usage.failures, rules, state.last_activity)
         usage = msgspec.structs.replace(usage, untold=False, wake=None)  # idle quota sets its own, below
     usage, idle = _idle(usage, state, runs, rules, marks)
     return (state if usage == state.usage else msgspec.structs.replace(state, usage=usage)), [*told, *idle]
@@ -159,21 +184,20 @@ def terminal_goodput(state: AttemptState, verdicts: Sequence[Any]) -> GoodputFig
         return None
     lost = sum(v.gpu.gpu_seconds or 0 for v in verdicts)
     quota = state.usage.quota if state.usage is not None else None
-    return attempt_figures(_runs(state, verdicts), quota, lost, last.failed_at)
+    return attempt_figures(_runs(state, failures_of(verdicts)), quota, lost, last.failed_at)
 
 
 # --- R17.4: the hours, for the fleet -------------------------------------------------------
 
 
 def _hours(
-    usage: AttemptUsage, state: AttemptState, runs: list[Any], verdicts: Sequence[Any], rules: Rules, observed_at: datetime
+    usage: AttemptUsage, state: AttemptState, runs: list[Any], failures: Failures, rules: Rules, observed_at: datetime
 ) -> tuple[AttemptUsage, list[Emit]]:
     ident = state.identity
     fleet = rules.fleet
     if ident is None or fleet is None:
         return usage, []
-    ended = next((v.failed_at for v in reversed(verdicts) if v.terminal), None)
-    hours = hourly(runs, usage.quota, [(v.outcome.kind, v.gpu.spans) for v in verdicts], ended)
+    hours = hourly(runs, usage.quota, failures.losses, failures.ended)
     if hours:  # the latest `history_hours` of it: the fleet keeps no older hour (R11.5)
         oldest = hours[-1].hour.timestamp() - (fleet.history_hours - 1) * 3600
         hours = tuple(h for h in hours if h.hour.timestamp() >= oldest)

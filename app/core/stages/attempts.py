@@ -30,7 +30,7 @@ from app.core.verdicts.relevance import anchor_of, crd_failed_at, disrupted_with
 from app.core.base.rules import Rules
 from app.core.verdicts.classify import BaseFailure, Outcome, classify, pod_base_failure, previous_run_failure
 from app.model.facts import AttemptFact, AttributedFault, Counted, GenerationEnd, JobFacts, PodFacts, QuotaFacts
-from app.core.stages.attempt_goodput import AttemptUsage, accounted, settled, terminal_goodput, with_quota
+from app.core.stages.attempt_goodput import AttemptUsage, accounted, terminal_goodput, with_quota
 from app.model.records import CLASSIFIED_FAILURES, ClassifiedFailure, ObjectRef
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -362,13 +362,6 @@ def fold_attempt(
     step = (record.revision, record.code, record.kind, record.generation, record.terminal, record.failed_at)
     state = msgspec.structs.replace(state, emitted=record, revisions=(*state.revisions, step)[-REVISIONS_KEPT:])
     return accounted(before, state, fact, verdicts, rules, marks, [Emit(CLASSIFIED_FAILURES, record.key, record), *emits])
-
-
-def settle_attempt(state: AttemptState, _: str, rules: Rules, marks: Watermarks) -> tuple[AttemptState, list[Emit]]:
-    """R12.4, R17: progress came: what the attempt tells the fleet and its idle quota, with
-    the verdicts its fold had."""
-    verdicts = verdicts_of(state, rules) if state.identity is not None and _may_have_failed(state) else []
-    return settled(state, verdicts, rules, marks)
 
 
 def _counted(v: _Verdict, ident: AttemptId) -> Counted:
