@@ -97,11 +97,16 @@ def _run(pod: PodFacts | None) -> tuple[Any, ...] | None:
     return pod.gpus, pod.started_at, run_end(pod)
 
 
+def _verdict_changed(before: AttemptState, state: AttemptState) -> bool:
+    """A verdict changed (its lost GPU-seconds, what it ended), or the attempt is known now."""
+    return before.counted is not state.counted or before.emitted is not state.emitted or before.identity != state.identity
+
+
 def _matters(before: AttemptState, state: AttemptState, fact: Any) -> bool:
     """Whether `fact` can change a figure: most pod records cannot (a pod's run that only
     began counts once it ended, and ends idle quota only where a Workload holds some)."""
-    if before.counted is not state.counted or before.emitted is not state.emitted or before.identity != state.identity:
-        return True  # a verdict changed: its lost GPU-seconds, what it ended; or the attempt is known now
+    if _verdict_changed(before, state):
+        return True
     if isinstance(fact, PodFacts):
         was, now = _run(before.pods.get(fact.uid)), _run(fact)
         if was == now:
@@ -124,9 +129,10 @@ def accounted(
     """`state` (the attempt after `fact`, with `verdicts`) with its hours to tell the fleet
     and its idle quota to decide, and the records that takes, after `emits`.
 
-    Both wait for the next progress (`settled`): the pods of an attempt end together, each
-    with a record of its own, and the fleet hears of them in one change per progress step
-    rather than one per pod record. The idle decisions rest on progress anyway (R12.4),
+    Both wait for the next progress (`settle_attempt`): the pods of an attempt end
+    together, each with a record of its own, and the fleet hears of them in one change per
+    progress step rather than one per pod record. A verdict that changed is told at once
+    (the fold has the verdicts in hand; waiting would cost a settle per failure). The idle decisions rest on progress anyway (R12.4),
     and what is told is a function of the state, so the figures are the same whenever it
     is told. Where the stage has seen no progress at all (a trace without any), nothing
     would settle before the end: told at once."""
@@ -134,11 +140,12 @@ def accounted(
         return state, emits
     usage = state.usage or AttemptUsage()
     failures = failures_of(verdicts)
-    if marks.latest:
+    if marks.latest and not _verdict_changed(before, state):
         if usage.untold and usage.failures == failures:  # already waiting (ANY_PROGRESS)
             return state, emits
         return msgspec.structs.replace(state, usage=msgspec.structs.replace(usage, untold=True, wake=ANY_PROGRESS, failures=failures)), emits
-    usage = msgspec.structs.replace(usage, failures=failures)
+    # Told now: everything up to this record (idle quota sets its own wake, below).
+    usage = msgspec.structs.replace(usage, failures=failures, untold=False, wake=None)
     runs = _runs(state, failures)
     usage, told = _hours(usage, state, runs, failures, rules, state.last_activity)
     usage, idle = _idle(usage, state, runs, rules, marks)
