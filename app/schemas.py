@@ -9,7 +9,7 @@ import msgspec
 from app.bridge.records import BridgeGap, BridgePosition
 from app.model.envelope import Envelope
 from app.model.fleet_records import DERIVED_RECORD_TYPES
-from app.model.records import ClassifiedFailure, DeadLetter, Fault, GangTransition
+from app.model.records import ClassifiedFailure, DeadLetter, Fault, GangTransition, IdleQuota, StuckReadmission
 from app.model.records_v1 import V1_RECORD_TYPES
 
 RECORD_TYPES: tuple[type, ...] = (
@@ -17,6 +17,8 @@ RECORD_TYPES: tuple[type, ...] = (
     Fault,
     ClassifiedFailure,
     GangTransition,
+    StuckReadmission,
+    IdleQuota,
     DeadLetter,
     *DERIVED_RECORD_TYPES,
     BridgeGap,

@@ -11,10 +11,10 @@ import os
 import sys
 from collections.abc import Sequence
 
-from app.cli import bridge, fleet, mark, offline, streaming
+from app.cli import bridge, fleet, goodput, mark, offline, streaming
 from app.cli.common import CommandError, fail
 
-_MODULES = [offline, fleet, streaming, bridge, mark]
+_MODULES = [offline, fleet, goodput, streaming, bridge, mark]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -4,8 +4,9 @@ verdict that replaces one printed before, with what it replaces; `gang`, a trans
 a JobSet under Kueue), the verdict's reasons indented beneath it. GPU-H is what the
 failure cost (as `classify` shows it): a revision that moves it is printed too.
 
-Rows are printed one at a time, so the columns start at widths that fit the usual keys
-and codes (render.Columns: they only grow)."""
+Rows are printed one at a time under a header printed once, so the columns have fixed
+widths that fit the usual keys and codes; a longer cell is cut in the middle (render.Columns
+`fixed`: the full record is in --out)."""
 
 from __future__ import annotations
 
@@ -81,7 +82,7 @@ class LivePrinter:
 
     def __init__(self, stdout: IO[str], out: IO[bytes] | None, encode: Callable[[Emit], bytes]) -> None:
         self._stdout, self._out, self._encode = stdout, out, encode
-        self._columns = render.Columns(HEADER, MINIMUM, NUMERIC)
+        self._columns = render.Columns(HEADER, MINIMUM, NUMERIC, fixed=True)
         self._headed = False
         self._last: OrderedDict[str, Shown] = OrderedDict()  # attempt key -> its last verdict
         self.verdicts = 0

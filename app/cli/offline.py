@@ -31,7 +31,8 @@ from app.model.records import (
     ClassifiedFailure,
     GangTransition,
 )
-from app.replay.diff import ReplayRecord, cost_of, diff, final_verdicts
+from app.core.fleet.goodput_rows import GoodputRow
+from app.replay.diff import ReplayRecord, cost_of, diff, final_verdicts, goodput_totals
 from app.embedded.pipeline import Pipeline
 from app.replay.trace import OutputLine, encode_output, read_lines, replay
 from app.rulefile import rules_document
@@ -151,12 +152,13 @@ def run_rules(args: argparse.Namespace) -> int:
 _OUTPUT_LINE = msgspec.json.Decoder(OutputLine[ReplayRecord])  # v1 verdicts too (SPEC R13.3)
 
 
-def _replay_output(source: str, args: argparse.Namespace) -> dict[str, ClassifiedFailure]:
+def _replay_output(source: str, args: argparse.Namespace) -> tuple[dict[str, ClassifiedFailure], GoodputRow | None]:
+    """The final verdicts of a replay, and where its GPU-hours went where it says (R17.4)."""
     if source.startswith("kafka:"):
         need("diff kafka:TOPIC", "stream", "kafka")
         from app.cli.kafka_replay import verdicts_from_topic
 
-        return verdicts_from_topic(source.removeprefix("kafka:"), args)
+        return verdicts_from_topic(source.removeprefix("kafka:"), args), None
     path = Path(source)
     if not path.is_file():
         raise CommandError(f"replay output {path} does not exist (write one with `faultline replay --trace T --out {path}`)", 2)
@@ -167,16 +169,17 @@ def _replay_output(source: str, args: argparse.Namespace) -> dict[str, Classifie
         except (msgspec.DecodeError, RecursionError) as exc:
             raise CommandError(f"{path} line {number}: not a `faultline replay` output record ({exc})", 2) from None
         records.append((record.topic, record.key, record.value))
-    return final_verdicts(records)
+    return final_verdicts(records), goodput_totals(records)
 
 
 def run_diff(args: argparse.Namespace) -> int:
     if args.top < 1:
         raise CommandError(f"--top {args.top} is not valid: give the number of attempts to list, 1 or more", 2)
-    base, candidate = _replay_output(args.base, args), _replay_output(args.candidate, args)
+    (base, base_goodput), (candidate, candidate_goodput) = _replay_output(args.base, args), _replay_output(args.candidate, args)
     result = diff(base, candidate)
     if args.cost:
-        result = msgspec.structs.replace(result, cost=cost_of(result, base, candidate, args.top))
+        cost = msgspec.structs.replace(cost_of(result, base, candidate, args.top), base_goodput=base_goodput, candidate_goodput=candidate_goodput)
+        result = msgspec.structs.replace(result, cost=cost)
     if args.format == "json":
         sys.stdout.buffer.write(msgspec.json.encode(result) + b"\n")
     else:

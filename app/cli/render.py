@@ -2,7 +2,8 @@
 tables and replay diffs. Every command prints through here, so a thing is shown one way.
 
 Columns are aligned; `Columns` also aligns rows printed one at a time (`faultline run`):
-its widths start at sensible minimums and only grow.
+there its widths are fixed from the start (`fixed`), a longer cell cut in the middle
+(`…`) so every row stays under its header.
 """
 
 from __future__ import annotations
@@ -14,31 +15,49 @@ from datetime import datetime
 from app.core.identity.attempt import attempt_name as _attempt_name, retried_try
 from app.core.fleet.states import fault_label
 from app.core.fleet.costs import CostRow
+from app.core.fleet.goodput_rows import ClusterGoodput, GoodputRow
 from app.core.fleet.summary import FleetSummary, SourceRow
-from app.model.records import ClassifiedFailure, GangTransition, GpuFault
+from app.model.records import ClassifiedFailure, GangTransition, GpuFault, IdleQuota
 from app.replay.diff import Cost, Diff, moved_gpu_seconds
 
 REASON_WIDTH = 100
 
 
 class Columns:
-    """Left-aligned columns two spaces apart; `numeric` ones right-aligned."""
+    """Left-aligned columns two spaces apart; `numeric` ones right-aligned. `fixed`: the
+    widths never change (rows printed one at a time, under a header printed once): a cell
+    longer than its column, the last one aside, is cut in the middle."""
 
-    def __init__(self, header: Sequence[str], minimum: Sequence[int] | None = None, numeric: Sequence[bool] | None = None) -> None:
+    def __init__(
+        self, header: Sequence[str], minimum: Sequence[int] | None = None, numeric: Sequence[bool] | None = None, *, fixed: bool = False
+    ) -> None:
         self.header = tuple(header)
         self.widths = [max(len(h), m) for h, m in zip(self.header, minimum or [0] * len(self.header))]
         self.numeric = list(numeric or [False] * len(self.header))
+        self.fixed = fixed
 
     def fit(self, rows: Iterable[Sequence[str]]) -> None:
+        if self.fixed:
+            return
         for row in rows:
             self.widths = [max(w, len(c)) for w, c in zip(self.widths, row)]
 
     def line(self, cells: Sequence[str]) -> str:
         self.fit([cells])
+        if self.fixed:
+            last = len(cells) - 1
+            cells = [c if i == last or len(c) <= w else _cut(c, w) for i, (c, w) in enumerate(zip(cells, self.widths))]
         return "  ".join(c.rjust(w) if num else c.ljust(w) for c, w, num in zip(cells, self.widths, self.numeric)).rstrip()
 
     def head(self) -> str:
         return self.line(self.header)
+
+
+def _cut(text: str, width: int) -> str:
+    """`text` in `width` characters, its middle left out (both ends say most: a key's
+    cluster and its uid, a pod's Job and its suffix)."""
+    head = (width - 1) // 2
+    return text[:head] + "…" + text[len(text) - (width - 1 - head) :]
 
 
 def table(header: tuple[str, ...], rows: Iterable[tuple[object, ...]]) -> list[str]:
@@ -92,25 +111,30 @@ def attempt_name(record: ClassifiedFailure | GangTransition) -> str:
     return _attempt_name(record)
 
 
-VERDICT_HEADER = ("ATTEMPT", "CODE", "KIND", "GPU-H", "GPU FAULT", "POD", "")
+VERDICT_HEADER = ("ATTEMPT", "CODE", "KIND", "GPU-H", "GPU FAULT", "POD", "RESTARTED")
 # Wide enough for the usual attempt keys and codes, so rows printed as they come line up.
 VERDICT_MINIMUM = (40, 20, 6, 5, 28, 20, 0)
 
 
-def interim_note(v: ClassifiedFailure) -> str:
-    """What an interim verdict (`terminal: false`) says happened to the attempt next: the
-    same words in the table and in `run`'s live lines."""
+def restart_cell(v: ClassifiedFailure) -> str:
+    """The RESTARTED cell: how the attempt went on after an interim verdict (`terminal:
+    false`); empty for a final one."""
     if v.terminal:
         return ""
     if retried_try(v) is not None:
-        return "retried on a new RayCluster"  # R16.4
+        return "on a new RayCluster"  # R16.4: a new try, not a generation of the old one
     if v.tracked.kind == "LeaderWorkerSet":
-        return f"group recreated (generation {v.generation})"  # R16.3: new pods, not restarted ones
-    return f"restarted in place (generation {v.generation})"  # R8, R16.1, R16.2
+        return f"as a new group (generation {v.generation})"  # R16.3: new pods, not restarted ones
+    return f"in place (generation {v.generation})"  # R8, R16.1, R16.2
+
+
+def interim_note(v: ClassifiedFailure) -> str:
+    """The same words in `run`'s live lines, which have no header."""
+    return f"restarted {restart_cell(v)}" if not v.terminal else ""
 
 
 def _verdict_cells(v: ClassifiedFailure) -> tuple[str, ...]:
-    state = interim_note(v)
+    state = restart_cell(v)
     pod = v.faulted_pod.name if v.faulted_pod else "-"
     return (attempt_name(v), v.code, v.kind, gpu_hours(v.gpu_seconds), fault_text(v.gpu_fault), pod, state)
 
@@ -187,6 +211,7 @@ def fleet_lines(summary: FleetSummary) -> list[str]:
         ((r.cluster, r.namespace, r.code, r.kind, r.failures, r.gpu_faults, gpu_hours(r.gpu_seconds)) for r in summary.failures),
     ) if summary.failures else ["none"]  # fmt: skip
     lines += ["", *cost_lines(summary)]
+    lines += ["", *goodput_lines(summary.goodput)]
     if summary.queues:
         lines += ["", "GANG PREEMPTIONS (queue = namespace until transitions carry the queue name)"]
         lines += table(
@@ -224,6 +249,82 @@ def cost_lines(summary: FleetSummary) -> list[str]:
         lines += ["", "GPU-HOURS LOST BY NODE (the nodes the failed pods ran on)", *_cost_table("NODE", cost.by_node)]
     lines += ["", "GPU-HOURS LOST BY NAMESPACE", *_cost_table("NAMESPACE", cost.by_namespace)]
     return lines
+
+
+# --- where the GPU-hours went (SPEC R17) -------------------------------------------------------
+
+
+def percent(share: float | None) -> str:
+    return "-" if share is None else f"{100 * share:.0f}%"
+
+
+def _waited(seconds: int) -> str:
+    return "-" if not seconds else f"{seconds / 60:.0f}m" if seconds < 5400 else f"{seconds / 3600:.1f}h"
+
+
+def goodput_sentence(row: GoodputRow) -> str:
+    """`reserved 12.0 GPU-h, running 10.0, useful 8.0 (goodput 67%), lost 2.0 (system 2.0, user 0.0), idle 2.0; 1 wait (15m)`."""
+    share = f"goodput {percent(row.goodput)}" + ("" if row.reserved_gpu_seconds or row.goodput is None else " of running: no quota reserved")
+    waits = f"; {row.waits} wait{'' if row.waits == 1 else 's'} ({_waited(row.wait_seconds)})" if row.waits else ""
+    return (
+        f"reserved {gpu_hours(row.reserved_gpu_seconds)} GPU-h, running {gpu_hours(row.running_gpu_seconds)}, "
+        f"useful {gpu_hours(row.useful_gpu_seconds)} ({share}), lost {gpu_hours(row.lost_gpu_seconds)} "
+        f"(system {gpu_hours(row.lost_system_gpu_seconds)}, user {gpu_hours(row.lost_user_gpu_seconds)}), "
+        f"idle {gpu_hours(row.idle_gpu_seconds)}{waits}"
+    )
+
+
+GOODPUT_HEADER = ("NAMESPACE", "QUEUE", "RESERVED", "RUNNING", "USEFUL", "LOST SYSTEM", "LOST USER", "IDLE", "WAITED", "GOODPUT")
+
+
+def goodput_lines(clusters: list[ClusterGoodput]) -> list[str]:
+    """R17.4 per cluster, each on its own stream time: a sentence, then its namespaces and queues (GPU-hours)."""
+    if not clusters:
+        return ["WHERE THE GPU-HOURS WENT", "none"]
+    lines: list[str] = []
+    for c in clusters:
+        lines += [f"WHERE THE GPU-HOURS WENT  {c.cluster} (stream time {_when(c.stream_time)}): {goodput_sentence(c.totals)}"]
+        lines += table(
+            GOODPUT_HEADER,
+            ((r.namespace, r.queue or "-", gpu_hours(r.reserved_gpu_seconds), gpu_hours(r.running_gpu_seconds), gpu_hours(r.useful_gpu_seconds),
+              gpu_hours(r.lost_system_gpu_seconds), gpu_hours(r.lost_user_gpu_seconds), gpu_hours(r.idle_gpu_seconds),
+              _waited(r.wait_seconds), percent(r.goodput)) for r in c.rows),
+        )  # fmt: skip
+    return lines
+
+
+def goodput_hour_lines(clusters: list[ClusterGoodput]) -> list[str]:
+    """R17.4 by hour, per cluster (GPU-hours; hours with nothing reserved or running left out)."""
+    rows = [
+        (c.cluster, h.hour.strftime("%Y-%m-%d %H:00"), gpu_hours(h.reserved_gpu_seconds), gpu_hours(h.running_gpu_seconds),
+         gpu_hours(h.useful_gpu_seconds), gpu_hours(h.lost_system_gpu_seconds + h.lost_user_gpu_seconds), gpu_hours(h.idle_gpu_seconds), percent(h.goodput))
+        for c in clusters for h in c.hours if h.reserved_gpu_seconds or h.running_gpu_seconds
+    ]  # fmt: skip
+    return table(("CLUSTER", "HOUR (UTC)", "RESERVED", "RUNNING", "USEFUL", "LOST", "IDLE", "GOODPUT"), rows) if rows else ["none"]
+
+
+def attempt_goodput_lines(verdicts: list[ClassifiedFailure]) -> list[str]:
+    """R17.4 on the terminal verdicts: each failed attempt's figures up to its failure."""
+    rows = [
+        (attempt_name(v), gpu_hours(g.reserved_gpu_seconds), gpu_hours(g.running_gpu_seconds), gpu_hours(g.useful_gpu_seconds),
+         gpu_hours(g.lost_gpu_seconds), gpu_hours(g.idle_gpu_seconds), _waited(g.wait_seconds))
+        for v in verdicts if (g := v.goodput) is not None
+    ]  # fmt: skip
+    return table(("ATTEMPT", "RESERVED", "RUNNING", "USEFUL", "LOST", "IDLE", "WAITED"), rows) if rows else ["none"]
+
+
+def idle_quota_lines(records: list[IdleQuota]) -> list[str]:
+    """R17.3: each stretch of idle quota reported, with when it ended (or `-`: idle still)."""
+    ended = {(r.key, r.since, r.why): r.at for r in records if not r.idle}
+    rows = []
+    for r in records:
+        if not r.idle:
+            continue
+        until = ended.get((r.key, r.since, r.why))
+        name = f"{r.cluster}/{r.namespace}/{r.tracked.kind}/{r.tracked.name}" if r.identity == "workload" else r.key
+        queue = f"{r.namespace}/{r.queue}" if r.queue else r.namespace
+        rows.append((name, queue, r.gpus, _when(r.since), _when(until) if until is not None else "idle still", r.why))
+    return table(("ATTEMPT", "QUEUE", "GPUS", "SINCE", "UNTIL", "WHY"), rows) if rows else ["none"]
 
 
 # --- replay diffs -----------------------------------------------------------------------------
@@ -266,4 +367,12 @@ def cost_diff_lines(cost: Cost) -> list[str]:
     lines += table(("VERDICT CHANGE", "COUNT", "GPU-HOURS"), ((m.change, m.attempts, gpu_hours(m.gpu_seconds)) for m in cost.moves))
     if cost.top:
         lines += ["", *table(("TOP ATTEMPTS", "VERDICT CHANGE", "GPU-HOURS"), ((a.name, a.change, gpu_hours(a.gpu_seconds)) for a in cost.top))]
+    if cost.base_goodput is not None or cost.candidate_goodput is not None:
+        lines += ["", "WHERE THE GPU-HOURS WENT (faultline.goodput of each replay)"]
+        lines += table(
+            ("REPLAY", "RESERVED", "RUNNING", "USEFUL", "LOST SYSTEM", "LOST USER", "IDLE", "GOODPUT"),
+            ((side, gpu_hours(g.reserved_gpu_seconds), gpu_hours(g.running_gpu_seconds), gpu_hours(g.useful_gpu_seconds),
+              gpu_hours(g.lost_system_gpu_seconds), gpu_hours(g.lost_user_gpu_seconds), gpu_hours(g.idle_gpu_seconds), percent(g.goodput))
+             for side, g in (("base", cost.base_goodput), ("candidate", cost.candidate_goodput)) if g is not None),
+        )  # fmt: skip
     return lines

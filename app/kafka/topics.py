@@ -21,7 +21,7 @@ from kafka.errors import KafkaError, TopicAlreadyExistsError
 from app.model.envelope import SOURCE_TOPICS
 from app.model.facts import ATTEMPT_FACTS, FLEET_INPUTS, GANG_INPUTS
 from app.model.fleet_records import DERIVED_TOPICS, GANG_QUEUES, QUARANTINE_CANDIDATES
-from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, FAULTS, GANG_TRANSITIONS, STUCK_READMISSIONS
+from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, FAULTS, GANG_TRANSITIONS, IDLE_QUOTA, STUCK_READMISSIONS
 from app.core.engine.topology import STAGES
 from app.kafka import clients
 from app.kafka.config import KafkaUnreachable
@@ -67,6 +67,8 @@ TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(GANG_TRANSITIONS, "output"),
     # A gang stuck waiting for readmission now: its latest record is current (SPEC R15.4).
     TopicSpec(STUCK_READMISSIONS, "output", {"cleanup.policy": "compact"}),
+    # Quota idle now, and when it ended: the latest per attempt is current (SPEC R17.3).
+    TopicSpec(IDLE_QUOTA, "output", {"cleanup.policy": "compact"}),
     TopicSpec(DEAD_LETTER, "output"),
     TopicSpec(ATTEMPT_FACTS, "internal"),
     TopicSpec(GANG_INPUTS, "internal"),

@@ -202,18 +202,69 @@ class JobFacts(msgspec.Struct, frozen=True, omit_defaults=True, tag="JobFacts", 
     deleted: bool = False
 
 
-AttemptFact = PodFacts | JobFacts
+# --- what the gang stage tells the attempt stage of a job's Kueue quota (SPEC R17) ------------
+
+
+class QuotaHold(msgspec.Struct, frozen=True, gc=False, array_like=True):
+    """A stretch of time a Workload held quota, by Kueue's clock (SPEC R17.1): from its
+    `QuotaReserved` True until `Evicted` or `Finished` True, its deletion or the quota
+    released; `end` None while its latest record shows it still held."""
+
+    start: datetime
+    end: datetime | None = None
+
+
+class EvictedHold(msgspec.Struct, frozen=True, gc=False, array_like=True):
+    """SPEC R17.3, kubernetes-sigs/kueue#14811: a Workload `Evicted` True while its
+    `QuotaReserved` or `Admitted` condition stays True (from the eviction until its
+    conditions agree again; `end` None: not yet), with Kueue's `requeueState.requeueAt`."""
+
+    start: datetime
+    end: datetime | None = None
+    requeue_at: datetime | None = None
+
+
+class WorkloadQuota(msgspec.Struct, frozen=True, gc=False):
+    """One Workload's quota, read from each of its records in its watch order, timed by
+    its own conditions (R12.7): the GPUs its pod sets hold (R17.1), when it held them,
+    its waits from an eviction to the readmission (R17.2) and its evicted holds (R17.3)."""
+
+    name: str
+    uid: str
+    gpus: int = 0
+    holds: tuple[QuotaHold, ...] = ()
+    waits: tuple[QuotaHold, ...] = ()  # [eviction, readmission), each closed
+    evicted: tuple[EvictedHold, ...] = ()
+    evicted_since: datetime | None = None  # an eviction not yet followed by a readmission
+
+
+class QuotaFacts(msgspec.Struct, frozen=True, gc=False, tag="QuotaFacts", tag_field="fact"):
+    """The quota of a job's Workloads (SPEC R17), sent by the gang stage to the attempt
+    stage under the attempt's join key whenever it changes: the latest supersedes."""
+
+    cluster: str
+    namespace: str
+    observed_at: datetime  # the source record that changed it
+    queue: str = ""  # the job's LocalQueue (kueue.x-k8s.io/queue-name)
+    workloads: tuple[WorkloadQuota, ...] = ()
+
+
+AttemptFact = PodFacts | JobFacts | QuotaFacts
 
 
 class GangInput(msgspec.Struct, frozen=True, gc=False, tag="GangInput", tag_field="fact"):
     """A `faultline.gang-inputs` value: one JobSet or Workload record for the gang fold
-    (SPEC R9), its object reduced to the slim view the rules read."""
+    (SPEC R9), its object reduced to the slim view the rules read. `gpus`: a Workload's
+    GPUs (its pod sets', R17.1, read before they are dropped); `join`: the attempt
+    stage's key of a job, where its quota is sent (R17)."""
 
     change: ChangeType
     observed_at: Timestamp
     cluster: str
     jobset: Job | None = None
     workload: Workload | None = None
+    gpus: int = 0
+    join: str = ""
 
     def __post_init__(self) -> None:
         if (self.jobset is None) == (self.workload is None):
@@ -228,7 +279,9 @@ class Progress(msgspec.Struct, frozen=True, gc=False, tag="Progress", tag_field=
     partition of its internal topics: the bridge of `cluster` has published (and Kafka
     acknowledged) every change of `topic` it received before `observed_at`, and the
     forwarding stage has written everything it read of `topic`[`partition`] before that.
-    `partitions` is the source topic's partition count. `final`: the end of the input
+    `partitions` is the source topic's partition count. Under a stage's own name
+    (`<stage>:<topic>`, `Stage.progress_as_own`) it is that stage's watermark of `topic` in
+    its input `partition` of `partitions`. `final`: the end of the input
     (a trace): nothing more will come on any partition, the watermark is infinite."""
 
     cluster: str
@@ -324,6 +377,26 @@ class GpuTimeChange(msgspec.Struct, frozen=True, gc=False, tag="GpuTimeChange", 
     gpu_seconds: int  # with the sign of `failures`
 
 
+class GoodputChange(msgspec.Struct, frozen=True, gc=False, tag="GoodputChange", tag_field="fact"):
+    """SPEC R17.4: what one attempt's GPUs did in one UTC hour of a namespace and queue,
+    counted in (`attempts` +1), changed (0) or out (-1): each figure the change, signed."""
+
+    cluster: str
+    observed_at: Timestamp
+    namespace: str
+    queue: str
+    hour: Timestamp
+    attempts: int = 0
+    reserved: int = 0
+    running: int = 0
+    useful: int = 0
+    lost_user: int = 0
+    lost_system: int = 0
+    idle: int = 0
+    wait_seconds: int = 0
+    waits: int = 0
+
+
 class GangChange(msgspec.Struct, frozen=True, gc=False, tag="GangChange", tag_field="fact"):
     """A gang transition, for its queue's preemption and readmission counts."""
 
@@ -337,4 +410,4 @@ class GangChange(msgspec.Struct, frozen=True, gc=False, tag="GangChange", tag_fi
 
 AttemptInput = AttemptFact | Progress  # a faultline.attempt-facts value
 GangStageInput = GangInput | Progress  # a faultline.gang-inputs value
-FleetInput = FaultChange | FailureChange | GpuTimeChange | GangChange | Progress  # a faultline.fleet-inputs value
+FleetInput = FaultChange | FailureChange | GpuTimeChange | GoodputChange | GangChange | Progress  # a faultline.fleet-inputs value

@@ -23,7 +23,8 @@ FAILURE_RATES = "faultline.failure-rates"
 PREEMPTION_WAITS = "faultline.preemption-waits"
 GANG_QUEUES = "faultline.gang-queues"
 NODE_GPU_TIME = "faultline.node-gpu-time"  # issue 30: GPU-seconds failures burned, by node
-DERIVED_TOPICS = (NODE_FAULT_RATES, GPU_FAULT_RATES, QUARANTINE_CANDIDATES, FAILURE_RATES, PREEMPTION_WAITS, GANG_QUEUES, NODE_GPU_TIME)
+GOODPUT = "faultline.goodput"  # SPEC R17.4: where the GPU-hours went, per namespace, queue and hour
+DERIVED_TOPICS = (NODE_FAULT_RATES, GPU_FAULT_RATES, QUARANTINE_CANDIDATES, FAILURE_RATES, PREEMPTION_WAITS, GANG_QUEUES, NODE_GPU_TIME, GOODPUT)
 
 Scope = Literal["node", "gpu"]
 CandidateState = Literal["candidate", "cleared"]
@@ -186,5 +187,35 @@ class GangQueue(_Record, tag="faultline.GangQueue/v1", tag_field="schema"):
     wait_seconds_total: float
 
 
-DerivedRecord = NodeFaultRate | GpuFaultRate | QuarantineCandidate | FailureRate | PreemptionWait | GangQueue | NodeGpuTime
-DERIVED_RECORD_TYPES: tuple[type, ...] = (NodeFaultRate, GpuFaultRate, QuarantineCandidate, FailureRate, PreemptionWait, GangQueue, NodeGpuTime)
+class Goodput(_Record, tag="faultline.Goodput/v1", tag_field="schema"):
+    """`faultline.goodput`, key `<cluster>/<namespace>/<queue>/<hour>` (`queue` "" for
+    attempts no Kueue Workload holds quota for), SPEC R17.4: where the GPU-seconds of that
+    UTC hour went, over the attempts of the namespace and queue, each second counted in the
+    hour it fell in once it has passed by the objects' own times (a pod's run once it
+    ended, a hold once released: docs/fleet.md, *Goodput*). `reserved`: while a Workload
+    held quota (R17.1); `running`: while the attempts' pods ran; `lost_*`: the running
+    GPU-seconds of failed generations, by their verdicts' kind; `useful`: running - lost;
+    `idle`: reserved - running, per attempt, never below 0; `wait_seconds`: time gangs
+    waited from an eviction to the readmission, `waits` the readmissions in the hour;
+    `goodput`: useful / reserved (useful / running where nothing was reserved; null when
+    neither)."""
+
+    key: str
+    cluster: str
+    namespace: str
+    queue: str
+    hour: Timestamp
+    attempts: int
+    reserved_gpu_seconds: int
+    running_gpu_seconds: int
+    useful_gpu_seconds: int
+    lost_user_gpu_seconds: int
+    lost_system_gpu_seconds: int
+    idle_gpu_seconds: int
+    wait_seconds: int
+    waits: int
+    goodput: float | None
+
+
+DerivedRecord = NodeFaultRate | GpuFaultRate | QuarantineCandidate | FailureRate | PreemptionWait | GangQueue | NodeGpuTime | Goodput
+DERIVED_RECORD_TYPES: tuple[type, ...] = (NodeFaultRate, GpuFaultRate, QuarantineCandidate, FailureRate, PreemptionWait, GangQueue, NodeGpuTime, Goodput)

@@ -271,6 +271,7 @@ class Job(_View):
 
 
 class PodSet(_View):
+    count: int = 1  # SPEC R17.1: its pods (kueue.x-k8s.io PodSet.Count)
     template: PodTemplateSpec = PodTemplateSpec()
 
 
@@ -294,6 +295,7 @@ class SchedulingStats(_View):
 
 class RequeueState(_View):
     count: int | None = None
+    requeue_at: Timestamp | None = None  # SPEC R17.3: when Kueue means to requeue it (kueue#14811)
 
 
 class WorkloadStatus(_View):

@@ -25,8 +25,9 @@ FAULTS = "faultline.faults"
 CLASSIFIED_FAILURES = "faultline.classified-failures"
 GANG_TRANSITIONS = "faultline.gang-transitions"
 STUCK_READMISSIONS = "faultline.stuck-readmissions"
+IDLE_QUOTA = "faultline.idle-quota"  # SPEC R17.3
 DEAD_LETTER = "faultline.dead-letter"
-OUTPUT_TOPICS = (FAULTS, CLASSIFIED_FAILURES, GANG_TRANSITIONS, STUCK_READMISSIONS, DEAD_LETTER)
+OUTPUT_TOPICS = (FAULTS, CLASSIFIED_FAILURES, GANG_TRANSITIONS, STUCK_READMISSIONS, IDLE_QUOTA, DEAD_LETTER)
 
 
 class _Record(msgspec.Struct, frozen=True):
@@ -91,6 +92,21 @@ class Fault(_Record, tag="faultline.Fault/v2", tag_field="schema"):
     rules_version: str
 
 
+class GoodputFigures(_Record):
+    """SPEC R17.2, R17.4: where an attempt's GPU-seconds went, up to its failure (whole
+    seconds): `reserved` while its Kueue Workload held quota (R17.1), `running` while its
+    pods ran (every generation's), `lost` to failures (its verdicts' `gpu_seconds`, every
+    generation's), `useful` = running - lost, `idle` = reserved - running (never below 0),
+    and the seconds it waited from an eviction to the readmission."""
+
+    reserved_gpu_seconds: int
+    running_gpu_seconds: int
+    useful_gpu_seconds: int
+    lost_gpu_seconds: int
+    idle_gpu_seconds: int
+    wait_seconds: int = 0
+
+
 class ClassifiedFailure(_Record, tag="faultline.ClassifiedFailure/v2", tag_field="schema"):
     """`faultline.classified-failures`: the verdict for a failed attempt (SPEC R6.8, R13.3).
     v2 = v1 plus `identity`: `labels` (an orchestrator's attempt, R1: `run`, `action`,
@@ -101,7 +117,8 @@ class ClassifiedFailure(_Record, tag="faultline.ClassifiedFailure/v2", tag_field
     `gpu_seconds` (issue 30, added to v2 before its release): what the failure cost, the
     GPUs its candidate pods requested times the whole seconds each ran (that generation's
     pods for a JobSet restarted in place); null when a GPU pod's start is unknown
-    (docs/fleet.md, *GPU time*)."""
+    (docs/fleet.md, *GPU time*). `goodput` (SPEC R17.4, added to v2, optional): on a terminal
+    verdict, where the attempt's GPU-seconds went; null on an earlier generation's."""
 
     key: str
     cluster: str
@@ -123,6 +140,7 @@ class ClassifiedFailure(_Record, tag="faultline.ClassifiedFailure/v2", tag_field
     revision: int
     rules_version: str
     gpu_seconds: int | None = None
+    goodput: GoodputFigures | None = None
 
 
 class DeadLetter(_Record, tag="faultline.DeadLetter/v1", tag_field="schema"):
@@ -220,5 +238,37 @@ class StuckReadmission(_Record, tag="faultline.StuckReadmission/v1", tag_field="
     rules_version: str
 
 
+# SPEC R17.3: why quota counts as idle: held while no pod of the attempt runs, or held by a
+# Workload Kueue evicted (its conditions contradict, kubernetes-sigs/kueue#14811).
+IdleWhy = Literal["no-running-pod", "evicted-but-held"]
+
+
+class IdleQuota(_Record, tag="faultline.IdleQuota/v1", tag_field="schema"):
+    """`faultline.idle-quota` (SPEC R17.3): GPU quota a Kueue Workload holds for an attempt
+    while nothing of it runs for longer than `max_idle_quota` of stream time, or while
+    Kueue has evicted it (`Evicted` True with `QuotaReserved` or `Admitted` still True
+    past `requeueAt` and the eviction + `max_idle_quota`, kubernetes-sigs/kueue#14811).
+    Reported once when it passes the limit (`idle` true, `at` = the moment it did) and
+    once more when it ends (`idle` false: a pod runs, or the quota is released). Keyed by
+    the attempt key; compacted."""
+
+    key: str
+    cluster: str
+    namespace: str
+    identity: Identity
+    tracked: ObjectRef
+    workload: PodRef | None
+    queue: str | None  # the job's kueue.x-k8s.io/queue-name label (its LocalQueue)
+    gpus: int  # the GPUs the Workload holds (its pod sets', R17.1)
+    idle: bool
+    why: IdleWhy
+    since: Timestamp  # the quota began to be idle, by the objects' own times
+    at: Timestamp  # when this was known: since + max_idle_quota, or when it ended
+    idle_seconds: float  # `at` - `since`
+    reason: str
+    rules_version: str
+    requeue_at: Timestamp | None = None  # evicted-but-held: when Kueue meant to requeue it
+
+
 # Any record on the output topics, told apart by its `schema` tag.
-OutputRecord = Fault | ClassifiedFailure | GangTransition | StuckReadmission | DeadLetter
+OutputRecord = Fault | ClassifiedFailure | GangTransition | StuckReadmission | IdleQuota | DeadLetter

@@ -16,9 +16,10 @@ from collections.abc import Iterable
 
 import msgspec
 
+from app.core.fleet.goodput_rows import GoodputRow, goodput_row
 from app.core.identity.attempt import attempt_name
 from app.core.fleet.states import fault_label
-from app.model.fleet_records import DerivedRecord
+from app.model.fleet_records import GOODPUT, DerivedRecord, Goodput
 from app.model.records import CLASSIFIED_FAILURES, DEVICE_HEALTH, ClassifiedFailure, DeadLetter, Fault, GangTransition, GpuFault
 from app.model import records_v1
 
@@ -80,6 +81,10 @@ class Cost(msgspec.Struct, frozen=True):
     base_totals: dict[str, int]  # kind -> GPU-seconds over every final verdict of the base
     candidate_totals: dict[str, int]
     unknown: int = 0  # changed attempts with no GPU-seconds known (counted nowhere above)
+    # SPEC R17.4: where each replay's GPU-hours went (None: the replay holds no faultline.goodput,
+    # e.g. a verdicts topic, or one written before R17).
+    base_goodput: GoodputRow | None = None
+    candidate_goodput: GoodputRow | None = None
 
 
 class Diff(msgspec.Struct, frozen=True):
@@ -108,6 +113,16 @@ def final_verdicts(records: Iterable[tuple[str, str, object]]) -> dict[str, Clas
         if topic == CLASSIFIED_FAILURES and isinstance(value, (ClassifiedFailure, records_v1.ClassifiedFailure)):
             latest[key] = as_v2(value)
     return latest
+
+
+def goodput_totals(records: Iterable[tuple[str, str, object]]) -> GoodputRow | None:
+    """R17.4: the latest `faultline.goodput` record per key, added up as the fleet view adds
+    them; None when there is none."""
+    latest: dict[str, Goodput] = {}
+    for topic, key, value in records:
+        if topic == GOODPUT and isinstance(value, Goodput):
+            latest[key] = value
+    return goodput_row(list(latest.values())) if latest else None
 
 
 def _fault_text(fault: GpuFault | None) -> str | None:

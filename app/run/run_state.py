@@ -103,10 +103,12 @@ class RunState:
         self.log_folder = folder / LOG
         taken = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
         if taken is not None:
+            # The example is beside the file, never under it (or under any other file).
+            beside = taken.with_name(taken.name + ".state")
+            example = beside if taken == folder else beside / folder.relative_to(taken)
             raise StateError(
                 f"the state folder {folder} cannot be created: {taken} is a file, not a folder. Give --state a folder "
-                f"(it is created if missing), e.g. {folder.with_name(folder.name + '.state')}"
-                + ("" if taken == folder else f", or move {taken} away")
+                f"(it is created if missing), e.g. {example}" + ("" if taken == folder else f", or move {taken} away")
             )
         try:
             # Private: the log holds objects as the API server served them (pod specs, with

@@ -23,7 +23,7 @@ from app.core.base.rules import FleetSettings, Rules
 from app.kafka import clients
 from app.model.fleet_records import DERIVED_TOPICS, DerivedRecord
 from app.model import records_v1
-from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, STUCK_READMISSIONS, ClassifiedFailure, DeadLetter, StuckReadmission
+from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, IDLE_QUOTA, STUCK_READMISSIONS, ClassifiedFailure, DeadLetter, IdleQuota, StuckReadmission
 from app.settings import Settings
 from app.stream.agents import Stages
 from app.stream.faust_fixes import read_offsets
@@ -31,11 +31,12 @@ from app.stream.lag import consumer_lag
 
 log = logging.getLogger("faultline.stream")
 
-READ_TOPICS = (*DERIVED_TOPICS, CLASSIFIED_FAILURES, STUCK_READMISSIONS, DEAD_LETTER)
+READ_TOPICS = (*DERIVED_TOPICS, CLASSIFIED_FAILURES, STUCK_READMISSIONS, IDLE_QUOTA, DEAD_LETTER)
 _DECODERS: dict[str, Any] = {
     **{topic: DerivedRecord | records_v1.DerivedRecordV1 for topic in DERIVED_TOPICS},  # v1 rates: before SPEC R14.2
     CLASSIFIED_FAILURES: ClassifiedFailure | records_v1.ClassifiedFailure,  # v1: written before SPEC R13
     STUCK_READMISSIONS: StuckReadmission,
+    IDLE_QUOTA: IdleQuota,  # SPEC R17.3
     DEAD_LETTER: DeadLetter,
 }
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
+from app.core.fleet.goodput import basis, share
 from app.core.fleet.summary import severity_totals
 from app.core.fleet.view import FleetView
 
@@ -48,6 +49,10 @@ METRICS = (
     "faultline_readmission_wait_seconds",
     "faultline_gangs_waiting",
     "faultline_stuck_readmissions",
+    "faultline_goodput_gpu_seconds",
+    "faultline_goodput_ratio",
+    "faultline_idle_quota",
+    "faultline_idle_quota_gpus",
     "faultline_stream_time_seconds",
     "faultline_watermark_lag_seconds",
 )
@@ -116,7 +121,47 @@ def render_metrics(view: FleetView, now: float | None = None, *, fleet: bool = T
     _family(lines, "faultline_stuck_readmissions", "gauge",
             "Workload attempts waiting for readmission longer than max_readmission_wait, by queue (SPEC R15.4).",
             [({"cluster": c, "queue": q}, n) for (c, q), n in sorted(stuck.items())])
+    _goodput(lines, view)
     if state.stream_time is not None:
         _family(lines, "faultline_stream_time_seconds", "gauge", "The newest time the fleet view speaks of (Unix seconds): how current it is.",
                 [({}, state.stream_time.timestamp())])
     return "\n".join(lines) + "\n"
+
+
+# SPEC R17: where the GPU-hours went, per cluster and queue (the namespace where no Workload
+# held quota: queue "" on faultline.goodput); idle quota now.
+_GOODPUT_FIGURES = ("reserved", "running", "useful", "lost_user", "lost_system", "idle")
+
+
+def _goodput(lines: list[str], view: FleetView) -> None:
+    state = view.state
+    figures: dict[tuple[str, str], list[int]] = {}
+    clusters: dict[str, list[int]] = {}  # cluster -> [useful, basis]
+    for r in state.goodput.values():
+        queue = f"{r.namespace}/{r.queue}" if r.queue else r.namespace
+        values = [r.reserved_gpu_seconds, r.running_gpu_seconds, r.useful_gpu_seconds, r.lost_user_gpu_seconds, r.lost_system_gpu_seconds, r.idle_gpu_seconds]
+        sums = figures.setdefault((r.cluster, queue), [0] * 6)
+        for i, v in enumerate(values):
+            sums[i] += v
+        whole = clusters.setdefault(r.cluster, [0, 0])
+        whole[0] += r.useful_gpu_seconds
+        whole[1] += basis(r.reserved_gpu_seconds, r.running_gpu_seconds)
+    _family(lines, "faultline_goodput_gpu_seconds", "gauge",
+            "GPU-seconds within the history kept, by where they went (SPEC R17): reserved by Kueue, running, useful, "
+            "lost to failures by their verdicts' kind, idle (reserved, nothing running); by cluster and queue (the namespace where no Workload held quota).",
+            [({"cluster": c, "queue": q, "figure": f}, v) for (c, q), sums in sorted(figures.items()) for f, v in zip(_GOODPUT_FIGURES, sums)])
+    ratios = [({"cluster": c}, ratio) for c, (useful, whole) in sorted(clusters.items()) if (ratio := share(useful, whole)) is not None]
+    _family(lines, "faultline_goodput_ratio", "gauge",
+            "Useful GPU-seconds over reserved ones within the history kept (over running ones where no Workload held quota), by cluster (SPEC R17.2).",
+            ratios)
+    idle: dict[tuple[str, str], list[int]] = {}
+    for q in state.idle.values():
+        queue = f"{q.namespace}/{q.queue}" if q.queue else q.namespace
+        row = idle.setdefault((q.cluster, queue), [0, 0])
+        row[0] += 1
+        row[1] += q.gpus
+    _family(lines, "faultline_idle_quota", "gauge",
+            "Attempts whose Kueue quota is idle now: held past max_idle_quota with nothing running, or held by a Workload Kueue evicted (SPEC R17.3).",
+            [({"cluster": c, "queue": q}, n) for (c, q), (n, _) in sorted(idle.items())])
+    _family(lines, "faultline_idle_quota_gpus", "gauge", "GPUs those idle Workloads hold, by queue (SPEC R17.3).",
+            [({"cluster": c, "queue": q}, g) for (c, q), (_, g) in sorted(idle.items())])

@@ -56,7 +56,7 @@ PAGE = r"""<!doctype html>
   .chip.action { background: #e6f4ea; color: #1d6b3a; }
   .kind { display: inline-block; padding: 1px 7px; border-radius: 4px; font-size: 11px; font-weight: 700; letter-spacing: .3px; }
   .kind.SYSTEM { background: #fde8f3; color: #a61d6e; } .kind.USER { background: #e7eefb; color: #2c4f8f; }
-  .bars .row { display: grid; grid-template-columns: 110px 1fr 36px; align-items: center; gap: 10px; padding: 3px 0; }
+  .bars .row { display: grid; grid-template-columns: 140px 1fr 36px; align-items: center; gap: 10px; padding: 3px 0; }
   .bars .name { overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
   .bars .track { height: 14px; background: #f0f2f6; border-radius: 4px; overflow: hidden; display: flex; }
   .bars .track span { height: 100%; }
@@ -67,7 +67,15 @@ PAGE = r"""<!doctype html>
   td { padding: 6px 8px; border-bottom: 1px solid #f0f2f6; vertical-align: top; white-space: nowrap; }
   td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
   tr.click { cursor: pointer; } tr.click:hover td { background: #f7f9fd; }
-  .ellip { max-width: 330px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+  .ellip { max-width: 240px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+  .clusters h3, .gp h3 { font-size: 12px; color: var(--muted); margin: 6px 0 2px; font-weight: 600; }
+  .clusters h3 b, .gp h3 b { color: var(--ink); }
+  .goodput { display: grid; grid-template-columns: repeat(auto-fit, minmax(560px, 1fr)); gap: 22px; }
+  .gp-kpis { display: flex; gap: 16px; flex-wrap: wrap; margin: 4px 0 8px; }
+  .gp-kpis div { font-size: 12px; color: var(--muted); }
+  .gp-kpis b { display: block; font-size: 18px; color: var(--ink); line-height: 1.15; }
+  .gp-kpis .good b { color: var(--ok); }
+  .more summary { cursor: pointer; color: var(--accent); font-size: 12.5px; margin-top: 4px; }
   .flag { color: var(--critical); font-weight: 700; }
   #drawer { position: fixed; top: 0; right: 0; bottom: 0; width: 620px; max-width: 95vw; background: #fff; box-shadow: -8px 0 30px rgba(17,26,46,.18);
             transform: translateX(105%); transition: transform .18s ease; overflow-y: auto; padding: 18px 22px; z-index: 10; }
@@ -129,7 +137,7 @@ PAGE = r"""<!doctype html>
   </section>
 
   <section class="card span5">
-    <h2>Failures by code and kind</h2>
+    <h2>Failures by code and kind <small id="failures-note"></small></h2>
     <div class="bars" id="failures"></div>
   </section>
 
@@ -145,6 +153,18 @@ PAGE = r"""<!doctype html>
       <div><h3>by node</h3><div class="bars" id="cost-nodes"></div></div>
       <div><h3>by namespace</h3><div class="bars" id="cost-namespaces"></div></div>
     </div>
+  </section>
+
+  <section class="card span12" id="goodput-card">
+    <h2>Where the GPU-hours went <small>reserved by Kueue, running, useful, lost to failures, idle — per cluster, each on its own stream time; a pod's run counts once it ended, a hold once released</small></h2>
+    <div class="legend">
+      <span><i class="sw" style="background:var(--ok)"></i>useful</span>
+      <span><i class="sw" style="background:var(--system)"></i>lost (system)</span>
+      <span><i class="sw" style="background:var(--accent)"></i>lost (user)</span>
+      <span><i class="sw" style="background:#c9d0dc"></i>idle (reserved, nothing running)</span>
+    </div>
+    <div id="goodput"></div>
+    <div id="idle"></div>
   </section>
 
   <section class="card span12" id="queues-card" style="display:none">
@@ -205,10 +225,19 @@ function niceMax(n) {
   return 10 * p;
 }
 
-function renderChart(hours) {
-  const box = $("chart");
+// One chart per cluster when there are several: each on its own stream time, so clusters
+// far apart both keep bars that read (one axis over both would squeeze them to nothing).
+function perCluster(id, f, draw) {
+  const box = $(id), clusters = f.clusters || [];
+  if (clusters.length <= 1) { draw(box, f.hours, 1); return; }
+  box.innerHTML = `<div class="clusters">` + clusters.map((c, i) =>
+    `<div><h3><b>${esc(c.cluster)}</b> · stream time ${esc(when(c.stream_time))}</h3><div id="${id}-${i}"></div></div>`).join("") + `</div>`;
+  clusters.forEach((c, i) => draw($(`${id}-${i}`), c.hours, clusters.length));
+}
+
+function renderChart(box, hours, shown) {
   if (!hours.length) { box.innerHTML = `<div class="empty">No records yet.</div>`; return; }
-  const W = Math.max(box.clientWidth, 300), H = 210, L = 34, R = 10, T = 14, B = 28;
+  const W = Math.max(box.clientWidth, 300), H = Math.max(130, Math.round(210 / Math.min(shown || 1, 2))), L = 34, R = 10, T = 14, B = 28;
   const innerW = W - L - R, innerH = H - T - B;
   const max = niceMax(Math.max(1, ...hours.map((h) => Math.max(h.critical + h.user + h.warn, h.failures))));
   const slot = innerW / hours.length, group = Math.min(64, slot * 0.78);
@@ -250,13 +279,17 @@ function faultLabel(fault) {
   return `${fault.kind === "SXID" ? "SXid" : "Xid"} ${fault.code}`;
 }
 
+// With several clusters, a node is named with its cluster (gpu-17 of prod-a is not gpu-17 of prod-b).
+let manyClusters = false;
+function where(cluster, name) { return manyClusters ? `${cluster}/${name}` : name; }
+
 function renderQuarantine(f) {
   $("q-note").textContent = `≥ ${f.threshold} critical in ${windowText(f.window_seconds)}`;
   const rows = f.quarantine;
   if (!rows.length) { $("quarantine").innerHTML = `<div class="empty">No node or GPU is a candidate.</div>`; return; }
   $("quarantine").innerHTML = rows.map((c) => `
     <div class="cand">
-      <div><span class="chip scope">${esc(c.scope)}</span> <span class="who mono">${esc(c.node)}${c.gpu ? " / " + esc(c.gpu) : ""}</span></div>
+      <div><span class="chip scope">${esc(c.scope)}</span> <span class="who mono">${esc(where(c.cluster, c.node))}${c.gpu ? " / " + esc(c.gpu) : ""}</span></div>
       <div class="sub">${esc(c.faults)} critical faults in the window · candidate since ${esc(when(c.since))}</div>
       ${c.action && c.action !== "UNKNOWN" ? `<div class="sub">NVIDIA recommends <span class="chip action" title="the strongest recommended action among its faults (NVIDIA's Xid catalogue)">${esc(c.action)}</span></div>` : ""}
       <div>${c.codes.map((code) => `<span class="chip code">${esc(code)}</span>`).join("")}</div>
@@ -269,7 +302,7 @@ function renderNodes(nodes) {
   $("nodes").innerHTML = nodes.map((n) => {
     const seg = SEV.map(([name, color]) => n[name] ? `<span style="width:${(n[name] / max) * 100}%;background:${color}" title="${n[name]} ${name}"></span>` : "").join("");
     const flag = n.candidate ? ` <span class="flag" title="quarantine candidate">●</span>` : "";
-    return `<div class="row"><div class="name mono" title="${esc(n.key)}">${esc(n.node)}${flag}</div><div class="track">${seg}</div><div class="n">${n.faults}</div>
+    return `<div class="row"><div class="name mono" title="${esc(n.key)}">${esc(where(n.cluster, n.node))}${flag}</div><div class="track">${seg}</div><div class="n">${n.faults}</div>
       <div class="note">${n.critical} critical · top ${esc(n.top)} · ${n.gpus} GPU${n.gpus === 1 ? "" : "s"} · last ${esc(hhmm(n.last_fault_at))}</div></div>`;
   }).join("");
 }
@@ -277,7 +310,7 @@ function renderNodes(nodes) {
 function renderGpus(gpus) {
   if (!gpus.length) { $("gpus").innerHTML = `<div class="empty">No GPU faults in the history kept.</div>`; return; }
   $("gpus").innerHTML = `<table><thead><tr><th>node</th><th>GPU</th><th class="num">faults</th><th class="num">critical</th><th class="num">user</th><th class="num">warn</th><th>top</th><th>last fault</th></tr></thead><tbody>` +
-    gpus.map((g) => `<tr><td class="mono">${esc(g.node)}${g.candidate ? ' <span class="flag" title="quarantine candidate">●</span>' : ""}</td>
+    gpus.map((g) => `<tr><td class="mono">${esc(where(g.cluster, g.node))}${g.candidate ? ' <span class="flag" title="quarantine candidate">●</span>' : ""}</td>
       <td class="mono">${esc(g.gpu)}${g.gpu_index != null ? ` <span class="muted">#${g.gpu_index}</span>` : ""}</td>
       <td class="num"><b>${g.faults}</b></td><td class="num">${g.critical}</td><td class="num">${g.user}</td><td class="num">${g.warn}</td>
       <td><span class="chip code">${esc(g.top)}</span></td><td>${esc(when(g.last_fault_at))}</td></tr>`).join("") + `</tbody></table>`;
@@ -296,13 +329,70 @@ function renderVerdicts(rows) {
   for (const tr of $("verdicts").querySelectorAll("tr.click")) tr.addEventListener("click", () => openEvidence(tr.dataset.key));
 }
 
+// Every row (api/failures), never a silent top 10; past FAILURE_ROWS the rest fold away, counted.
+const FAILURE_ROWS = 25;
 function renderFailures(rows) {
+  $("failures-note").textContent = rows.length ? `${rows.length} row${rows.length === 1 ? "" : "s"}` : "";
   if (!rows.length) { $("failures").innerHTML = `<div class="empty">No failures in the history kept.</div>`; return; }
   const max = Math.max(...rows.map((r) => r.failures));
-  $("failures").innerHTML = rows.map((r) => `<div class="row" style="grid-template-columns:230px 1fr 30px">
-      <div class="name" title="${esc(r.cluster + "/" + r.namespace)}${r.gpu_faults ? ` · ${r.gpu_faults} with a GPU fault` : ""}"><span class="kind ${esc(r.kind)}">${esc(r.kind[0])}</span> <b>${esc(r.code)}</b> <span class="muted">${esc(r.namespace)}</span></div>
+  const clusters = new Set(rows.map((r) => r.cluster)).size > 1;
+  const row = (r) => `<div class="row" style="grid-template-columns:minmax(0, 3fr) minmax(60px, 2fr) 30px">
+      <div class="name" title="${esc(r.cluster + "/" + r.namespace)}${r.gpu_faults ? ` · ${r.gpu_faults} with a GPU fault` : ""}"><span class="kind ${esc(r.kind)}">${esc(r.kind[0])}</span> <b>${esc(r.code)}</b> <span class="muted">${esc(clusters ? r.cluster + "/" + r.namespace : r.namespace)}</span></div>
       <div class="track"><span style="width:${(r.failures / max) * 100}%;background:${r.kind === "SYSTEM" ? "var(--system)" : "var(--accent)"}"></span></div>
-      <div class="n">${r.failures}</div></div>`).join("");
+      <div class="n">${r.failures}</div></div>`;
+  const rest = rows.slice(FAILURE_ROWS);
+  $("failures").innerHTML = rows.slice(0, FAILURE_ROWS).map(row).join("") +
+    (rest.length ? `<details class="more"><summary>${rest.length} more</summary>${rest.map(row).join("")}</details>` : "");
+}
+
+// Where the GPU-hours went (SPEC R17): per cluster, its figures, its hours, its namespaces and queues.
+function pct(share) { return share == null ? "—" : Math.round(100 * share) + "%"; }
+function renderGoodputChart(box, hours) {
+  const shown = hours.filter((h) => h.reserved_gpu_seconds + h.running_gpu_seconds > 0);
+  if (!shown.length) { box.innerHTML = `<div class="empty">No GPU time counted in the history kept.</div>`; return; }
+  const W = Math.max(box.clientWidth, 240), H = 140, L = 40, B = 22, T = 8, innerH = H - T - B;
+  const parts = (h) => [[h.useful_gpu_seconds, "var(--ok)", "useful"], [h.lost_system_gpu_seconds, "var(--system)", "lost (system)"],
+    [h.lost_user_gpu_seconds, "var(--accent)", "lost (user)"], [h.idle_gpu_seconds, "#c9d0dc", "idle"]];
+  const max = niceMax(Math.max(...hours.map((h) => parts(h).reduce((sum, [v]) => sum + v, 0) / 3600)));
+  const slot = (W - L) / hours.length, bar = Math.max(2, Math.min(40, slot * 0.7));
+  const y = (v) => T + innerH - (v / max) * innerH;
+  let svg = `<svg width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" role="img" aria-label="GPU-hours per hour, by where they went">`;
+  svg += `<text x="${L - 6}" y="${y(max) + 4}" text-anchor="end">${max} h</text><text x="${L - 6}" y="${y(0) + 4}" text-anchor="end">0</text>`;
+  hours.forEach((h, i) => {
+    const x = L + slot * i + (slot - bar) / 2;
+    let base = 0;
+    for (const [seconds, color, name] of parts(h)) {
+      const v = seconds / 3600;
+      if (v > 0) svg += `<rect x="${x}" y="${y(base + v)}" width="${bar}" height="${y(base) - y(base + v)}" fill="${color}"><title>${esc(hhmm(h.hour))}: ${v.toFixed(1)} GPU-h ${name} (goodput ${pct(h.goodput)})</title></rect>`;
+      base += v;
+    }
+  });
+  svg += `<text x="${L}" y="${H - 6}">${esc(hhmm(hours[0].hour))}</text><text x="${W}" y="${H - 6}" text-anchor="end">${esc(hhmm(hours[hours.length - 1].hour))}</text>`;
+  box.innerHTML = svg + `<line x1="${L}" x2="${W}" y1="${y(0)}" y2="${y(0)}" stroke="#c9d0dc"/></svg>`;
+}
+
+function renderGoodput(clusters, idle) {
+  if (!clusters.length) {
+    $("goodput").innerHTML = `<div class="empty">No GPU time counted yet: a pod's run counts once it ended, a hold once released.</div>`;
+  } else {
+    $("goodput").innerHTML = `<div class="goodput">` + clusters.map((c, i) => {
+      const t = c.totals, lost = t.lost_system_gpu_seconds + t.lost_user_gpu_seconds;
+      const kpi = (value, label, cls) => `<div class="${cls || ""}"><b>${esc(value)}</b>${esc(label)}</div>`;
+      return `<div class="gp"><h3><b>${esc(c.cluster)}</b> · stream time ${esc(when(c.stream_time))}</h3>
+        <div class="gp-kpis">${kpi(pct(t.goodput), t.reserved_gpu_seconds ? "goodput (useful ÷ reserved)" : "goodput (useful ÷ running)", "good")}
+          ${kpi(gpuh(t.reserved_gpu_seconds), "GPU-h reserved")}${kpi(gpuh(t.running_gpu_seconds), "running")}${kpi(gpuh(t.useful_gpu_seconds), "useful")}
+          ${kpi(gpuh(lost), `lost (${gpuh(t.lost_system_gpu_seconds)} system)`)}${kpi(gpuh(t.idle_gpu_seconds), "idle")}${kpi(t.waits ? duration(t.wait_seconds) : "—", `waited (${t.waits} readmission${t.waits === 1 ? "" : "s"})`)}</div>
+        <div id="gp-chart-${i}"></div>
+        <table><thead><tr><th>namespace</th><th>queue</th><th class="num">reserved</th><th class="num">running</th><th class="num">useful</th><th class="num">lost</th><th class="num">idle</th><th class="num">goodput</th></tr></thead><tbody>` +
+        c.rows.map((r) => `<tr><td class="mono">${esc(r.namespace)}</td><td class="mono">${esc(r.queue || "—")}</td><td class="num">${gpuh(r.reserved_gpu_seconds)}</td><td class="num">${gpuh(r.running_gpu_seconds)}</td>
+          <td class="num">${gpuh(r.useful_gpu_seconds)}</td><td class="num">${gpuh(r.lost_system_gpu_seconds + r.lost_user_gpu_seconds)}</td><td class="num">${gpuh(r.idle_gpu_seconds)}</td><td class="num"><b>${pct(r.goodput)}</b></td></tr>`).join("") +
+        `</tbody></table></div>`;
+    }).join("") + `</div>`;
+    clusters.forEach((c, i) => renderGoodputChart($(`gp-chart-${i}`), c.hours));
+  }
+  $("idle").innerHTML = idle.length ? `<h3>Idle quota now <small class="muted">held past max_idle_quota with nothing running, or evicted and still held</small></h3><table><thead><tr><th>attempt</th><th>queue</th><th>workload</th><th class="num">GPUs</th><th>since</th><th>why</th></tr></thead><tbody>` +
+    idle.map((r) => `<tr><td class="mono ellip" title="${esc(r.key)}">${esc(r.attempt)}</td><td class="mono">${esc(r.cluster)}/${esc(r.queue)}</td><td class="mono">${esc(r.workload)}</td>
+      <td class="num">${r.gpus}</td><td>${esc(when(r.since))}</td><td title="${esc(r.reason)}">${esc(r.why)}</td></tr>`).join("") + `</tbody></table>` : "";
 }
 
 // GPU-hours lost (issue 30): stacked system/user bars per hour, then bars by code, node, namespace.
@@ -315,8 +405,7 @@ function costBars(id, rows, empty) {
       <div class="n">${gpuh(r.gpu_seconds)}</div></div>`).join("");
 }
 
-function renderCostChart(hours) {
-  const box = $("cost-chart");
+function renderCostChart(box, hours) {
   const shown = hours.filter((h) => h.system_gpu_seconds + h.user_gpu_seconds > 0);
   if (!shown.length) { box.innerHTML = `<div class="empty">No GPU time lost in the history kept.</div>`; return; }
   const W = Math.max(box.clientWidth, 240), H = 150, L = 34, B = 22, T = 8, innerH = H - T - B;
@@ -338,7 +427,7 @@ function renderCost(f) {
   const t = f.totals;
   $("cost-note").textContent = `${gpuh(t.gpu_seconds)} GPU-h in the history kept: ${gpuh(t.system_gpu_seconds)} system, ${gpuh(t.user_gpu_seconds)} user` +
     (t.gpu_seconds_unknown ? ` (${t.gpu_seconds_unknown} failure${t.gpu_seconds_unknown === 1 ? "" : "s"} with no known start)` : "");
-  renderCostChart(f.hours);
+  perCluster("cost-chart", f, renderCostChart);
   costBars("cost-codes", f.cost.by_code, "No failures in the history kept.");
   costBars("cost-nodes", f.cost.by_node, "No GPU time lost on any node.");
   costBars("cost-namespaces", f.cost.by_namespace, "No failures in the history kept.");
@@ -391,22 +480,25 @@ document.addEventListener("keydown", (e) => { if (e.key === "Escape") closeEvide
 let last = null;
 async function refresh() {
   try {
-    const [fleet, verdicts, marks] = await Promise.all([getJSON("api/fleet"), getJSON("api/verdicts?limit=10"), getJSON("api/progress")]);
+    const [fleet, verdicts, marks, failures] = await Promise.all([getJSON("api/fleet"), getJSON("api/verdicts?limit=10"), getJSON("api/progress"), getJSON("api/failures")]);
     last = fleet;
     $("asof").textContent = "stream time " + when(fleet.stream_time);
     const least = {};
     for (const m of marks) if (!(m.cluster in least) || m.at < least[m.cluster]) least[m.cluster] = m.at;
     $("watermarks").textContent = Object.keys(least).sort().map((c) => `${c} watermark ${least[c].startsWith("9999") ? "end of input" : when(least[c])}`).join(" · ");
     $("window").textContent = `history ${fleet.history_hours} h`;
-    $("hours-note").textContent = fleet.hours.length ? `${when(fleet.hours[0].hour)} → ${hhmm(fleet.hours[fleet.hours.length - 1].hour)}` : "";
+    $("hours-note").textContent = (fleet.clusters || []).length > 1 ? "per cluster, each on its own stream time"
+      : fleet.hours.length ? `${when(fleet.hours[0].hour)} → ${hhmm(fleet.hours[fleet.hours.length - 1].hour)}` : "";
+    manyClusters = (fleet.clusters || []).length > 1;
     renderKpis(fleet);
-    renderChart(fleet.hours);
+    perCluster("chart", fleet, renderChart);
     renderQuarantine(fleet);
     renderNodes(fleet.nodes);
     renderGpus(fleet.gpus);
     renderVerdicts(verdicts);
-    renderFailures(fleet.failures);
+    renderFailures(failures);
     renderCost(fleet);
+    renderGoodput(fleet.goodput || [], fleet.idle_quota || []);
     renderQueues(fleet.queues, fleet.stuck || []);
     $("dot").className = "dot live";
     $("status").textContent = "live · updated " + new Date().toLocaleTimeString();
@@ -418,7 +510,7 @@ async function refresh() {
     $("error").textContent = "Cannot load the fleet views (" + err.message + "); retrying every " + POLL_MS / 1000 + " s.";
   }
 }
-window.addEventListener("resize", () => { if (last) { renderChart(last.hours); renderCostChart(last.hours); } });
+window.addEventListener("resize", () => { if (last) { perCluster("chart", last, renderChart); perCluster("cost-chart", last, renderCostChart); renderGoodput(last.goodput || [], last.idle_quota || []); } });
 refresh().then(() => {
   const linked = decodeURIComponent(location.hash).match(/^#attempt=(.+)$/);
   if (linked) openEvidence(linked[1]);

@@ -12,6 +12,7 @@ import msgspec
 from aiohttp import web
 
 from app.core.fleet.costs import gpu_cost
+from app.core.fleet.goodput_rows import cluster_goodput, idle_rows
 from app.core.fleet.summary import candidate_rows, failure_rows, fleet_summary, gpu_rows, node_rows, queue_rows, recent_verdicts
 from app.core.fleet.view import FleetView
 from app.web.metrics import CONTENT_TYPE, render_metrics
@@ -55,6 +56,12 @@ async def gpus(request: web.Request) -> web.Response:
 
 async def failures(request: web.Request) -> web.Response:
     return _json(failure_rows(_view(request).state))
+
+
+async def goodput(request: web.Request) -> web.Response:
+    """SPEC R17: per cluster, where the GPU-hours went; the quota idle now."""
+    view = _view(request)
+    return _json({"clusters": cluster_goodput(view.state, view.settings), "idle": idle_rows(view.state)})
 
 
 async def cost(request: web.Request) -> web.Response:
@@ -134,6 +141,7 @@ def make_web_app(view: FleetView) -> web.Application:
     app.router.add_get("/api/gpus", gpus)
     app.router.add_get("/api/failures", failures)
     app.router.add_get("/api/cost", cost)
+    app.router.add_get("/api/goodput", goodput)
     app.router.add_get("/api/queues", queues)
     app.router.add_get("/api/quarantine", quarantine)
     app.router.add_get("/api/verdicts", verdicts)

@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from app.cli import live_output, render
 from app.model.envelope import JOBS, WORKLOADS
 from tests.bridge.helpers import Operation, story_operations, wait_for
 
@@ -139,23 +140,31 @@ def cells(line: str) -> list[str]:
     return re.split(r"\s{2,}", line.strip())
 
 
-def run_printed(text: str) -> tuple[dict[tuple[str, str, str, str], tuple[str, ...]], Counter[tuple[Any, ...]]]:
+def run_printed(text: str) -> tuple[dict[str, tuple[str, ...]], Counter[tuple[Any, ...]]]:
     """`faultline run`'s table: the last verdict per attempt (code, kind, GPU-H, GPU fault,
-    pod) and the gang transitions (attempt, transition, code)."""
+    pod) and the gang transitions (attempt, transition, code), each cell as printed."""
     verdicts, transitions = {}, Counter()
     for line in text.splitlines():
         if not line.strip() or line[0].isspace():
             continue  # a verdict's reasons, indented
         row = cells(line)
         if row[0] in ("verdict", "revised"):
-            verdicts[attempt(row[1])] = tuple(row[2:7])
+            verdicts[row[1]] = tuple(row[2:7])
         elif row[0] == "gang":  # WHAT JOBSET CODE KIND GPU-H TRANSITION
-            transitions[(attempt(row[1]), row[5], row[2])] += 1
+            transitions[(row[1], row[5], row[2])] += 1
     return verdicts, transitions
 
 
-def classify_printed(text: str) -> tuple[dict[tuple[str, str, str, str], tuple[str, ...]], Counter[tuple[Any, ...]]]:
-    """`faultline classify`'s two tables, read as `run_printed` reads run's."""
+def as_run_prints(what: str, row: tuple[str, ...]) -> list[str]:
+    """A row of run's table (WHAT, ATTEMPT / JOBSET, CODE, KIND, GPU-H, GPU FAULT /
+    TRANSITION, POD) as run prints it, WHAT left out: its columns keep their widths, so a
+    longer cell is cut in the middle (issue 38)."""
+    return cells(render.Columns(live_output.HEADER, live_output.MINIMUM, fixed=True).line((what, *row, "")))[1:]
+
+
+def classify_printed(text: str) -> tuple[dict[str, tuple[str, ...]], Counter[tuple[Any, ...]]]:
+    """`faultline classify`'s two tables, read as `run_printed` reads run's (each cell cut
+    as run's columns cut it)."""
     verdicts, transitions = {}, Counter()
     section = None
     for line in text.splitlines():
@@ -168,11 +177,14 @@ def classify_printed(text: str) -> tuple[dict[tuple[str, str, str, str], tuple[s
         elif line.startswith("JOBSET "):
             continue
         elif section == "verdicts":
-            row = cells(line)  # ATTEMPT CODE KIND GPU-H GPU-FAULT POD, as run's
-            verdicts[attempt(row[0])] = tuple(row[1:6])
+            attempt(cells(line)[0])  # an attempt as named
+            row = as_run_prints("verdict", tuple(cells(line)[:6]))  # ATTEMPT CODE KIND GPU-H GPU-FAULT POD, as run's
+            verdicts[row[0]] = tuple(row[1:6])
         elif section == "gangs":
-            row = cells(line)
-            transitions[(attempt(row[0]), row[1], row[2])] += 1
+            jobset, transition, code = cells(line)[:3]
+            attempt(jobset)
+            row = as_run_prints("gang", (jobset, code, "-", "-", transition, "-"))
+            transitions[(row[0], row[4], row[1])] += 1
     return verdicts, transitions
 
 

@@ -23,6 +23,8 @@ from tests.bridge.realkube import (
     CREATE_METADATA,
     RecordAndRun,
     StoryPlayer,
+    as_run_prints,
+    attempt,
     changes_in,
     install_crd,
     namespace,
@@ -224,7 +226,9 @@ def test_r16_3_a_leaderworkerset_group_recreated_is_recorded_and_run_prints_what
     watching.run_prints_what_classify_gives()
     [verdict] = verdicts_in(outputs).values()
     lws = bare_apiserver.call("GET", f"/apis/leaderworkerset.x-k8s.io/v1/namespaces/{ns}/leaderworkersets/serve")
-    assert list(run_printed(watching.run_out)[0]) == [("LeaderWorkerSet", "serve", lws["metadata"]["uid"][:8], "0")]  # one group's attempt
+    named = f"real-l/{ns}/LeaderWorkerSet/serve ({lws['metadata']['uid'][:8]}) group 0"  # one group's attempt
+    assert attempt(named) == ("LeaderWorkerSet", "serve", lws["metadata"]["uid"][:8], "0")
+    assert list(run_printed(watching.run_out)[0]) == [as_run_prints("verdict", (named, "-", "-", "-", "-", "-"))[0]]
     assert verdict["key"] == f"real-l/{ns}/LeaderWorkerSet/serve/{lws['metadata']['uid']}/group/0"
     got = (verdict["generation"], verdict["code"], verdict["kind"], (verdict["gpu_fault"] or {}).get("code"), (verdict["faulted_pod"] or {}).get("name"))
     assert [got] == expected

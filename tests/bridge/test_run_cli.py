@@ -93,3 +93,6 @@ def test_a_state_folder_that_is_a_file_is_named_with_the_fix(tmp_path, capsys, u
     assert code == 1
     assert f"{taken} is a file, not a folder. Give --state a folder (it is created if missing)" in err
     assert "Errno" not in err and "Traceback" not in err
+    # The folder it suggests is beside the file, not under it (issue 38).
+    suggested = Path(err.split(", e.g. ", 1)[1].split(",", 1)[0].split()[0].rstrip("."))
+    assert taken not in (suggested, *suggested.parents) and tmp_path in suggested.parents

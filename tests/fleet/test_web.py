@@ -27,8 +27,9 @@ T = TypeVar("T")
 
 
 def fed_view() -> LiveFleet:
-    """The mixed example, two gangs preempted (one readmitted after 15 min), a dead letter,
-    and a consumer lag as a Faust worker would report it."""
+    """The mixed example (its one gang under Kueue preempted and readmitted after 21 min, in
+    queue ml/team-a), two gangs of queue team-a preempted (one readmitted after 15 min), a
+    dead letter, and a consumer lag as a Faust worker would report it."""
     pipeline = Pipeline()
     live = LiveFleet(
         evidence=lambda key: pipeline_evidence(pipeline, key),
@@ -89,7 +90,7 @@ def test_api_fleet_is_the_summary(view: LiveFleet) -> None:
     assert fleet["totals"]["faults"] == 10 and fleet["totals"]["candidates"] == 2 and fleet["totals"]["dead_letters"] == 1
     assert [h["hour"] for h in fleet["hours"]] == ["2026-08-25T11:00:00Z", "2026-08-25T12:00:00Z", "2026-08-25T13:00:00Z"]
     assert fleet["nodes"][0]["node"] == "gpu-17"
-    assert {q["queue"] for q in fleet["queues"]} == {"team-a"}
+    assert {q["queue"] for q in fleet["queues"]} == {"team-a", "ml/team-a"}
 
 
 def test_api_nodes_and_gpus(view: LiveFleet) -> None:
@@ -128,8 +129,11 @@ def test_api_quarantine(view: LiveFleet) -> None:
 
 
 def test_api_queues(view: LiveFleet) -> None:
-    [row] = get_json(view, "/api/queues")
-    assert (row["preemptions"], row["readmissions"], row["waiting"], row["wait_seconds_avg"]) == (3, 1, 1, 900.0)
+    rows = {row["queue"]: row for row in get_json(view, "/api/queues")}
+    assert {q: (r["preemptions"], r["readmissions"], r["waiting"], r["wait_seconds_avg"]) for q, r in rows.items()} == {
+        "team-a": (3, 1, 1, 900.0),
+        "ml/team-a": (1, 1, 0, 1260.0),  # the example's gang: Kueue's 21 minutes
+    }
 
 
 def test_api_verdicts_with_a_limit(view: LiveFleet) -> None:
@@ -190,7 +194,7 @@ def test_metrics_in_prometheus_text_format(view: LiveFleet) -> None:
     types, samples = promtext.parse(text)
     assert set(types) == set(METRICS)  # every family exposed when there is data for it
     v = promtext.value
-    assert v(samples, "faultline_records_total", topic="k8s.pods") == 39 + 11  # changes and progress records
+    assert v(samples, "faultline_records_total", topic="k8s.pods") == 49 + 11  # changes and progress records
     assert v(samples, "faultline_records_total", topic="k8s.events") == 11 + 11
     assert v(samples, "faultline_dead_letters_total") == 1
     assert v(samples, "faultline_failed_attempts", code="GpuEccUncorrectable", kind="SYSTEM") == 2
@@ -202,6 +206,7 @@ def test_metrics_in_prometheus_text_format(view: LiveFleet) -> None:
     assert v(samples, "faultline_readmission_wait_seconds_sum", cluster="prod-a", queue="team-a") == 900
     assert v(samples, "faultline_readmission_wait_seconds_count", cluster="prod-a", queue="team-a") == 1
     assert v(samples, "faultline_gangs_waiting", cluster="prod-a", queue="team-a") == 1
+    assert v(samples, "faultline_readmission_wait_seconds_sum", cluster="prod-a", queue="ml/team-a") == 1260
     assert v(samples, "faultline_stream_time_seconds") == 1787665140
     assert types["faultline_readmission_wait_seconds"] == "summary"
 

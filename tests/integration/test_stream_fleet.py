@@ -47,7 +47,8 @@ def _embedded() -> tuple[LiveFleet, dict[tuple[str, str], Any]]:
 # Derived records are the same, latest per key, whatever order the stages read their
 # partitions in (counts back at zero aside: a count moved by a revision), except a
 # quarantine record's list of the faults it counts while they arrive: whether a node or
-# GPU is a candidate is the same.
+# GPU is a candidate is the same. (An hour every attempt moved out of, its queue known
+# later, counts no attempt: as none.)
 ORDER_FREE = {
     "faultline.node-fault-rates": lambda v: v,
     "faultline.gpu-fault-rates": lambda v: v,
@@ -55,6 +56,7 @@ ORDER_FREE = {
     "faultline.gang-queues": lambda v: v,
     "faultline.failure-rates": lambda v: v,
     "faultline.node-gpu-time": lambda v: v,  # GPU-seconds lost per node-hour (issue 30)
+    "faultline.goodput": lambda v: v,  # where the GPU-hours went per namespace, queue and hour (SPEC R17.4)
     "faultline.quarantine-candidates": lambda v: {k: v[k] for k in ("cluster", "scope", "node", "gpu", "state")},
 }
 
@@ -63,7 +65,7 @@ def _order_free(latest: dict[tuple[str, str], Any]) -> dict[Any, Any]:
     return {
         (topic, key): ORDER_FREE[topic](value)
         for (topic, key), value in latest.items()
-        if value.get("failures") != 0 and (value.get("faults"), value.get("occurrences")) != (0, 0)
+        if value.get("failures") != 0 and (value.get("faults"), value.get("occurrences")) != (0, 0) and value.get("attempts") != 0
     }
 
 

@@ -330,6 +330,24 @@ def jobset(name: str = "js", *, restarts: int = 0, conditions: list[dict] | None
     return _crd("jobset.x-k8s.io/v1alpha2", "JobSet", name, labels, status, job_uid, spec)
 
 
+def kueue_workload(job: dict, *, workers: int = 2, gpus: int = 8, created: datetime = T0, conditions: list[dict] | None = None) -> dict:
+    """A Kueue Workload (kueue.x-k8s.io/v1beta2) for `job` as Kueue's JobSet reconciler makes it:
+    labelled and owned by the job, one pod set of `workers` pods asking `gpus` GPUs each."""
+    meta = job["metadata"]
+    template = {"spec": {"containers": [{"name": "main", "image": "ghcr.io/acme/trainer:1.4", "resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}]}}
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Workload",
+        "metadata": {
+            **_meta(f"jobset-{meta['name']}-{meta['uid'][-5:]}", uid("workload"), created, {"kueue.x-k8s.io/job-uid": meta["uid"]},
+                    [owner(job["kind"], meta["name"], meta["uid"], job["apiVersion"])], namespace=meta["namespace"]),
+            "finalizers": ["kueue.x-k8s.io/resource-in-use"],
+        },
+        "spec": {"active": True, "queueName": "team-a", "podSets": [{"name": "workers", "count": workers, "template": template}]},
+        "status": {"conditions": conditions or []},
+    }
+
+
 def kubeflow(kind: str = "MPIJob", name: str = "mpi", *, conditions: list[dict] | None = None, labels=None, job_uid=None) -> dict:
     version = "kubeflow.org/v2beta1" if kind == "MPIJob" else "kubeflow.org/v1"
     return _crd(version, kind, name, labels, {"conditions": conditions or [], "replicaStatuses": {"Worker": {"active": 2}}}, job_uid)

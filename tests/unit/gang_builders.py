@@ -21,7 +21,7 @@ import orjson
 from app.core.base.emit import Emit
 from app.core.stages.gangs import GangInput, GangStateData
 from app.core.base.rules import Rules
-from app.model.envelope import JOBS, WORKLOADS, Envelope, TraceLine
+from app.model.envelope import EVENTS, JOBS, PODS, WORKLOADS, Envelope, TraceLine
 from app.model.k8s import Job, Workload
 from app.model.records import GANG_TRANSITIONS
 from app.embedded.pipeline import Pipeline
@@ -503,7 +503,7 @@ class GangWorld:
         """The bridge's progress (SPEC R12.1): a BOOKMARK on each topic (both by default)
         saying every change before now was published; one record, no clock step."""
         for topic in topics or (JOBS, WORKLOADS):
-            kind = "JobSet" if topic == JOBS else "Workload"
+            kind = {JOBS: "JobSet", WORKLOADS: "Workload", PODS: "Pod", EVENTS: "Event"}[topic]
             value = {
                 "type": "BOOKMARK",
                 "observed_at": observed_time(self.now),

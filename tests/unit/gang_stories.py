@@ -1,4 +1,4 @@
-"""The Kueue stories of the R9 and R15 suites, by name, for the tests that replay every one
+"""The Kueue stories of the R9, R15 and R17 suites, by name, for the tests that replay every one
 of them in other orders (SPEC R7.1, R12.7). Each builds the records the controllers would
 write, in the order the bridge observed them (tests/unit/gang_builders.py)."""
 
@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from app.model.envelope import JOBS, WORKLOADS
 from tests.unit.gang_builders import GangWorld, JobWorld, trainjob_world, with_eviction_counts
+from tests.unit.goodput_world import R17_STORIES
 
 
 def _bare(**kw) -> GangWorld:  # type: ignore[no-untyped-def]
@@ -134,3 +135,7 @@ STORIES: dict[str, Callable[[], GangWorld]] = {
     "r12_7_job_folded_eviction_seen": _folded_story({}, JOBS),
     "r9_job_folded_eviction_seen": _folded_story(None, JOBS),
 }
+
+
+# SPEC R17: the same worlds with the JobSet's pods, where the GPU-hours went.
+STORIES.update(R17_STORIES)

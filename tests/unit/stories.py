@@ -21,6 +21,7 @@ from tests.unit.builders import (
     jobset_pod_labels,
     kube_uid,
     kubeflow,
+    kueue_workload,
     kubeflow_pod_labels,
     kueue_force_deleted,
     minutes,
@@ -222,6 +223,65 @@ def slow_burn(run: str = "ckpt-4", t0: datetime = T0) -> list[dict]:
     ]
 
 
+def jobset_kueue_preempted(run: str = "mmlu-eval", t0: datetime = T0) -> list[dict]:
+    """A JobSet under Kueue whose orchestrator lets it wait out a preemption
+    (`faultline.io/resume-after-preemption`): its two workers run, Kueue preempts the gang
+    for 20 minutes, readmits it; the new workers pull their image for six and a half
+    minutes, then run and complete (SPEC R17: reserved, idle before the pods ran, a wait)."""
+    labels = {**attempt_labels(run=run, action="eval", attempt="1"), "kueue.x-k8s.io/queue-name": "team-a"}
+    name = f"{run}-eval"
+    js = jobset(name, labels=labels, suspend=True)  # Kueue's webhook suspends it at creation
+    js["metadata"]["annotations"] = {"faultline.io/resume-after-preemption": "true"}
+    js["status"]["replicatedJobsStatus"] = [{"name": "workers", "ready": 0, "succeeded": 0, "failed": 0, "active": 0, "suspended": 1}]
+    workers_ready = [{"name": "workers", "ready": 2, "succeeded": 0, "failed": 0, "active": 2, "suspended": 0}]
+    wl = kueue_workload(js, created=t0 - minutes(110))
+    admitted = [
+        condition("QuotaReserved", "QuotaReserved", "Quota reserved in ClusterQueue gpu-cq", t0 - minutes(109)),
+        condition("Admitted", "Admitted", "The workload is admitted", t0 - minutes(109)),
+    ]
+    preempted = "Preempted to accommodate a workload due to prioritization in the ClusterQueue"
+    evicted = [*admitted, condition("Evicted", "Preempted", preempted, t0 - minutes(80)), condition("Preempted", "InClusterQueue", preempted, t0 - minutes(80))]
+    released = [
+        condition("QuotaReserved", "Pending", preempted, t0 - minutes(79), status="False"),
+        condition("Admitted", "NoReservation", "The workload has no reservation", t0 - minutes(79), status="False"),
+        *evicted[2:],
+    ]
+    readmitted = [
+        condition("QuotaReserved", "QuotaReserved", "Quota reserved in ClusterQueue gpu-cq", t0 - minutes(59)),
+        condition("Admitted", "Admitted", "The workload is admitted", t0 - minutes(59)),
+        condition("Evicted", "QuotaReserved", f"Previously: {preempted}", t0 - minutes(59), status="False"),
+        condition("Preempted", "QuotaReserved", f"Previously: {preempted}", t0 - minutes(59), status="False"),
+    ]
+    running_js = updated(js, conditions=[condition("Suspended", "ResumeJobs", "jobset is resumed", t0 - minutes(108), status="False")], replicatedJobsStatus=workers_ready)
+    running_js["spec"]["suspend"] = False
+    suspended_js = updated(js, conditions=[condition("Suspended", "SuspendedJobs", "jobset is suspended", t0 - minutes(80))])
+    back_js = updated(js, conditions=[condition("Suspended", "ResumeJobs", "jobset is resumed", t0 - minutes(58.5), status="False")], replicatedJobsStatus=workers_ready)
+    back_js["spec"]["suspend"] = False
+    done_js = updated(back_js, conditions=[*back_js["status"]["conditions"], condition("Completed", "AllJobsCompleted", "jobset completed successfully", t0 - minutes(13.5))])
+    out = [
+        record(js, t0 - minutes(110), "ADDED"),
+        record(wl, t0 - minutes(110), "ADDED"),
+        record(updated(wl, conditions=admitted), t0 - minutes(109)),
+        record(running_js, t0 - minutes(108)),
+    ]
+    first = [pod(f"{name}-workers-0-{i}", labels={**jobset_pod_labels(name, 0), **labels}, node=f"gpu-{50 + i}", containers={"main": running(t0 - minutes(105))}, created=t0 - minutes(107)) for i in range(2)]
+    out += [record(w, t0 - minutes(105), "ADDED") for w in first]
+    out += [record(updated(wl, conditions=evicted), t0 - minutes(80)), record(suspended_js, t0 - minutes(80))]
+    for w in first:  # the Job deletes its pods: their containers stop
+        gone = _statuses_ended(w, 143, t0 - minutes(79.5), "Error")
+        ended = updated(w, phase="Failed", containerStatuses=gone)
+        ended["metadata"]["deletionTimestamp"] = ts(t0 - minutes(79.5))
+        out.append(record(ended, t0 - minutes(79.5), "DELETED"))
+    out += [record(updated(wl, conditions=released), t0 - minutes(79)), record(updated(wl, conditions=readmitted), t0 - minutes(59)), record(back_js, t0 - minutes(58.5))]
+    again = [pod(f"{name}-workers-0-{i}-b", labels={**jobset_pod_labels(name, 0), **labels}, node=f"gpu-{52 + i}", containers={"main": None}, phase="Pending", created=t0 - minutes(58.5)) for i in range(2)]
+    out += [record(w, t0 - minutes(58.5), "ADDED") for w in again]
+    started = [updated(w, phase="Running", containerStatuses=[{"name": "main", "state": running(t0 - minutes(52)), "ready": True, "restartCount": 0}]) for w in again]
+    out += [record(w, t0 - minutes(52)) for w in started]
+    out += [record(_succeeded(w, t0 - minutes(14)), t0 - minutes(14)) for w in started]
+    out += [record(done_js, t0 - minutes(13.5)), record(updated(wl, conditions=[*readmitted, condition("Finished", "Succeeded", "jobset completed successfully", t0 - minutes(13))]), t0 - minutes(13))]
+    return out
+
+
 STORIES = {
     "pod-task-nvlink": pod_task_nvlink,
     "pod-task-plain": pod_task_plain_failure,
@@ -233,6 +293,7 @@ STORIES = {
     "late-fault": late_fault,
     "pod-task-xid143": pod_task_xid143,
     "slow-burn": slow_burn,
+    "jobset-kueue-preempted": jobset_kueue_preempted,
 }
 
 

@@ -29,7 +29,7 @@ def test_classify_prints_one_line_per_failed_attempt():
     result = faultline("classify", str(EXAMPLES / "mpijob-xid63.jsonl"))
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["ATTEMPT", "CODE", "KIND", "GPU-H", "GPU", "FAULT", "POD"]
+    assert lines[0].split() == ["ATTEMPT", "CODE", "KIND", "GPU-H", "GPU", "FAULT", "POD", "RESTARTED"]
     # GPU-H (issue 30): 4 workers x 8 GPUs x the 45 min they ran; the launcher asks for none.
     assert lines[1].split() == ["prod-a/ml/llm-pretrain-42/pretrain/1", "MPIJobFailed", "SYSTEM", "24.0", "Xid", "63", "CRITICAL", "gpu-22/gpu0", "llm-pretrain-42-pretrain-worker-2"]
     assert lines[2].strip() == "GPU fault recorded on pod llm-pretrain-42-pretrain-worker-2"

@@ -59,7 +59,7 @@ def test_gpu_seconds_diff_cost_moves_each_changed_attempts_gpu_seconds_between_k
 
 def test_gpu_seconds_diff_cost_counts_a_verdict_of_unknown_cost_apart():
     (v2,) = _final(pod_task_xid143(), DEFAULT_RULES).values()
-    fields = {f: getattr(v2, f) for f in v2.__struct_fields__ if f not in ("identity", "gpu_seconds")}
+    fields = {f: getattr(v2, f) for f in v2.__struct_fields__ if f not in ("identity", "gpu_seconds", "goodput")}
     v1 = records_v1.ClassifiedFailure(**fields)  # a replay written before issue 30 knows no cost
     moved = msgspec.structs.replace(v2, kind="SYSTEM", code="GpuXidError", gpu_seconds=None)
     base = final_verdicts([(CLASSIFIED_FAILURES, v2.key, v1)])
@@ -69,17 +69,23 @@ def test_gpu_seconds_diff_cost_counts_a_verdict_of_unknown_cost_apart():
 
 
 def test_gpu_seconds_diff_cost_from_the_command_line(tmp_path):
-    base, candidate = tmp_path / "base.jsonl", tmp_path / "candidate.jsonl"
+    base, candidate, wider = tmp_path / "base.jsonl", tmp_path / "candidate.jsonl", tmp_path / "window.jsonl"
     faultline("replay", "--trace", str(MIXED), "--out", str(base))
     faultline("replay", "--trace", str(MIXED), "--out", str(candidate), "--rules", str(RULE_FILE))
+    faultline("replay", "--trace", str(MIXED), "--out", str(wider), "--rules", str(ROOT / "examples" / "rules" / "window-1h.toml"))
     text = faultline("diff", "--base", str(base), "--candidate", str(candidate), "--cost").splitlines()
-    assert text[1] == "2 of 10 attempts changed"
-    assert text[3].startswith("GPU-HOURS MOVED  USER -> SYSTEM 14.0, SYSTEM -> USER 0.0")
+    assert text[1] == "1 of 10 attempts changed"
+    assert text[3].startswith("GPU-HOURS MOVED  USER -> SYSTEM 2.0, SYSTEM -> USER 0.0")
+    assert "  cost       2.0 GPU-hours" in text  # bench-11: its one pod, 8 GPUs for 15 min
+    text = faultline("diff", "--base", str(base), "--candidate", str(wider), "--cost").splitlines()
     assert "PyTorchJobFailed (USER) -> PyTorchJobFailed (SYSTEM)      1       12.0" in text
     assert any(line.startswith("prod-a/ml/ckpt-4/train/2") and line.endswith("12.0") for line in text)
-    assert "  cost       2.0 GPU-hours" in text  # bench-11: its one pod, 8 GPUs for 15 min
     machine = json.loads(faultline("diff", "--base", str(base), "--candidate", str(candidate), "--cost", "--format", "json"))
-    assert machine["cost"]["user_to_system"] == 14 * 3600 and machine["changes"][0]["base"]["gpu_seconds"] == 2 * 3600
+    assert machine["cost"]["user_to_system"] == 2 * 3600 and machine["changes"][0]["base"]["gpu_seconds"] == 2 * 3600
+    # SPEC R17.4: where each replay's GPU-hours went; a rule change moves lost GPU-hours between kinds.
+    before, after = machine["cost"]["base_goodput"], machine["cost"]["candidate_goodput"]
+    assert before["running_gpu_seconds"] == after["running_gpu_seconds"] > 0
+    assert after["lost_system_gpu_seconds"] - before["lost_system_gpu_seconds"] == 2 * 3600 == before["lost_user_gpu_seconds"] - after["lost_user_gpu_seconds"]
     plain = json.loads(faultline("diff", "--base", str(base), "--candidate", str(candidate), "--format", "json"))
     assert plain["cost"] is None  # only asked for with --cost
 
@@ -99,11 +105,11 @@ def test_gpu_seconds_by_code_node_and_namespace_in_the_fleet_tables_and_metrics(
     assert sum(float(line.rsplit(" ", 1)[1]) for line in burned) == summary.totals.gpu_seconds
 
 
-def _readme_sample(section: str) -> list[str]:
-    """The first output sample (a ``` block that is no shell) of a README section."""
-    text = (ROOT / "README.md").read_text().split(f"## {section}\n", 1)[1]
+def _readme_sample(section: str, index: int = 0) -> list[str]:
+    """The `index`-th output sample (a ``` block that is no shell) of a README section."""
+    text = (ROOT / "README.md").read_text().split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
     blocks = text.split("```")[1::2]
-    return next(b for b in blocks if not b.startswith("sh")).strip("\n").splitlines()
+    return [b for b in blocks if not b.startswith("sh")][index].strip("\n").splitlines()
 
 
 def test_gpu_seconds_the_readme_shows_the_real_cost_of_the_mixed_example(tmp_path):
@@ -116,4 +122,11 @@ def test_gpu_seconds_the_readme_shows_the_real_cost_of_the_mixed_example(tmp_pat
     printed = faultline("diff", "--base", str(base), "--candidate", str(candidate), "--cost").splitlines()
     shown = _readme_sample("Reclassify history")
     assert shown[0].startswith("base rules: default@") and printed[0].startswith("base rules: default@")
+    assert shown[1:] == printed[1:]  # the whole of it: one rule file, one change (issue 38)
+    # The second rule file, alone: its own change.
+    wider = tmp_path / "window.jsonl"
+    faultline("replay", "--trace", str(MIXED), "--out", str(wider), "--rules", str(ROOT / "examples" / "rules" / "window-1h.toml"))
+    printed = faultline("diff", "--base", str(base), "--candidate", str(wider), "--cost").splitlines()
+    shown = _readme_sample("Reclassify history", 1)
+    assert shown[0].startswith("base rules: default@…    candidate rules: window-1h@…") and printed[0].startswith("base rules: default@")
     assert shown[-1] == "..." and shown[1:-1] == printed[1 : len(shown) - 1]

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from app.core.base.rules import DEFAULT_RULES, Rules
@@ -20,12 +21,17 @@ pytestmark = pytest.mark.usefixtures("driver")  # every rule through every drive
 
 ROOT = Path(__file__).resolve().parents[2]
 RULE_FILE = ROOT / "examples" / "rules" / "xid-143-critical.toml"
+WINDOW_FILE = ROOT / "examples" / "rules" / "window-1h.toml"
 
 
 def test_r10_1_a_rule_file_names_and_versions_its_rule_set():
     rules = load_rules(RULE_FILE)
-    assert rules.name == "xid143-critical" and rules.window_seconds == 3600 and 143 in rules.xid.critical
+    assert rules.name == "xid143-critical" and 143 in rules.xid.critical
     assert rules.version.startswith("xid143-critical@") and rules.version != DEFAULT_RULES.version
+    # Each example rule file changes one thing: its effect is its own (README, *Reclassify history*).
+    assert msgspec.structs.replace(rules, name="default", xid=DEFAULT_RULES.xid) == DEFAULT_RULES
+    window = load_rules(WINDOW_FILE)
+    assert window.window_seconds == 3600 and msgspec.structs.replace(window, name="default", window_seconds=DEFAULT_RULES.window_seconds) == DEFAULT_RULES
     assert load_rules(None) is DEFAULT_RULES
 
 
@@ -91,9 +97,13 @@ def test_r10_2_reclassify_walkthrough_from_the_command_line(tmp_path):
     faultline("replay", "--trace", str(trace), "--out", str(base))
     faultline("replay", "--trace", str(trace), "--out", str(candidate), "--rules", str(RULE_FILE))
     text = faultline("diff", "--base", str(base), "--candidate", str(candidate))
-    assert "2 of 10 attempts changed" in text and "Xid 143 changed (WARN -> CRITICAL)" in text
+    assert "1 of 10 attempts changed" in text and "Xid 143 changed (WARN -> CRITICAL)" in text
     machine = json.loads(faultline("diff", "--base", str(base), "--candidate", str(candidate), "--format", "json"))
-    assert len(machine["changes"]) == 2 and machine["attempts_compared"] == 10
+    assert [c["key"] for c in machine["changes"]] == ["prod-a/ml/bench-11/score/1"] and machine["attempts_compared"] == 10
+    wider = tmp_path / "wider.jsonl"
+    faultline("replay", "--trace", str(trace), "--out", str(wider), "--rules", str(WINDOW_FILE))
+    machine = json.loads(faultline("diff", "--base", str(base), "--candidate", str(wider), "--format", "json"))
+    assert [c["key"] for c in machine["changes"]] == ["prod-a/ml/ckpt-4/train/2"]  # the Xid 79 45 minutes before
     shown = json.loads(faultline("rules", "show", "--rules", str(RULE_FILE)))
     assert shown["rules_version"] == load_rules(RULE_FILE).version and 143 in shown["xid"]["critical"]
 

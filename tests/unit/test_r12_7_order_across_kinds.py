@@ -24,11 +24,13 @@ from hypothesis import strategies as st
 
 from app.core.base.emit import Emit
 from app.core.base.rules import Rules
-from app.model.records import CLASSIFIED_FAILURES, FAULTS, GANG_TRANSITIONS
+from app.model.fleet_records import GOODPUT
+from app.model.records import CLASSIFIED_FAILURES, FAULTS, GANG_TRANSITIONS, IDLE_QUOTA
 from app.embedded.pipeline import Pipeline
 from tests.unit import drivers
 from tests.unit.gang_builders import Line
 from tests.unit.gang_stories import STORIES
+from tests.unit.stories import jobset_kueue_preempted
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples" / "traces").glob("*.jsonl"))
 
@@ -55,11 +57,22 @@ def answer(lines: list[Line]) -> dict[str, Any]:
     interim verdict and bounds its GPU-seconds; and when a running container's device
     health was first and last seen (R14.2: the field has no time). In any order, once a
     tracked object's failure gave its key a terminal verdict, no interim verdict follows
-    (R8.1, R16.1-R16.4)."""
+    (R8.1, R16.1-R16.4).
+
+    Where the GPU-hours went (SPEC R17) is read from the objects' own times too: a terminal
+    verdict's `goodput`, the latest `faultline.goodput` record per hour (but for an hour
+    every attempt moved out of), and each stretch of idle quota reported (when it began,
+    why, and whether it is over). Its lost and useful GPU-seconds are its failures': where
+    a JobSet restarted in place or a RayJob retried a try, those of that interim verdict
+    move with a burst, and with them the running time of pods that never said when they
+    stopped."""
     transitions: dict[str, list[tuple[Any, ...]]] = {}
     verdicts: dict[str, tuple[Any, ...]] = {}
     faults: dict[str, tuple[Any, ...]] = {}
+    goodput: dict[str, Any] = {}
+    idle: set[tuple[Any, ...]] = set()
     ended: set[str] = set()  # keys whose tracked object's failure came out: no interim verdict follows (R8.1, R16)
+    restarted = False  # a JobSet restarted in place or a RayJob's try retried: its interim verdict's GPU-seconds move with a burst
     for emit in _outputs(lines):
         value = emit.value
         if emit.topic == GANG_TRANSITIONS:
@@ -69,22 +82,49 @@ def answer(lines: list[Line]) -> dict[str, Any]:
             assert value.terminal or emit.key not in ended, f"an interim verdict of {emit.key} after its terminal one"
             if value.terminal and value.tracked.kind != "Pod":  # R8.2: a pod task's last pod is terminal until a newer one comes
                 ended.add(emit.key)
-            restarted = not value.terminal and value.tracked.kind in ("JobSet", "RayJob")
+            interim = not value.terminal and value.tracked.kind in ("JobSet", "RayJob")
+            restarted = restarted or interim
             verdicts[emit.key] = (
                 value.code,
                 value.kind,
                 value.terminal,
                 value.generation,
-                None if restarted else value.failed_at,
-                None if restarted else value.gpu_seconds,
+                None if interim else value.failed_at,
+                None if interim else value.gpu_seconds,
                 (fault.kind, fault.code, fault.severity, fault.pod.uid if fault.pod else None) if fault is not None else None,
                 value.faulted_pod,
+                value.goodput,
             )
         elif emit.topic == FAULTS:
             fault = value.fault
             seen = None if fault.kind == "DEVICE_HEALTH" else (fault.first_seen, fault.last_seen)
             faults[emit.key] = (value.attempt, fault.kind, fault.code, fault.severity, fault.pod, fault.node, seen)
-    return {"transitions": transitions, "verdicts": verdicts, "faults": faults}
+        elif emit.topic == GOODPUT:
+            goodput[emit.key] = value
+        elif emit.topic == IDLE_QUOTA:
+            idle.add((emit.key, value.since, value.why, value.idle, value.gpus))
+    hours = {k: _figures(v, restarted, _HOURS_MOVED) for k, v in goodput.items() if v.attempts and (not restarted or _quota_in(v))}
+    verdicts = {k: (*v[:-1], _figures(v[-1], restarted, _VERDICT_MOVED)) for k, v in verdicts.items()}
+    return {"transitions": transitions, "verdicts": verdicts, "faults": faults, "goodput": hours, "idle": idle}
+
+
+# What a JobSet's restart in place moves (above): on its final verdict, the lost GPU-seconds
+# of its interim verdicts; in its hours, those too, and the running time of its pods whose
+# own records never said when they stopped (they ran until the restart was seen).
+_VERDICT_MOVED = ("useful_gpu_seconds", "lost_gpu_seconds")
+_HOURS_MOVED = ("running_gpu_seconds", "useful_gpu_seconds", "lost_user_gpu_seconds", "lost_system_gpu_seconds", "idle_gpu_seconds", "goodput")
+
+
+def _quota_in(record: Any) -> bool:
+    """An hour with Kueue's part in it (what a restart does not move)."""
+    return any((record.reserved_gpu_seconds, record.wait_seconds, record.waits))
+
+
+def _figures(record: Any, restarted: bool, moved: tuple[str, ...]) -> tuple[Any, ...] | None:
+    """R17's figures, without those a JobSet's restart in place moves, where one did."""
+    if record is None:
+        return None
+    return tuple(v for f, v in zip(record.__struct_fields__, msgspec.structs.astuple(record)) if not restarted or f not in moved)
 
 
 def _is_progress(line: Line) -> bool:
@@ -205,3 +245,29 @@ def test_r16_4_a_retried_trys_late_evidence_never_follows_the_rayjobs_final_verd
     final = max(i for i, v in enumerate(verdicts) if v.terminal)
     assert [v.revision for v in verdicts[final + 1 :] if v.key == verdicts[final].key and not v.terminal] == []
     assert answer(burst) == answer(lines)
+
+
+def test_r12_7_a_jobset_created_suspended_whose_backlog_comes_first_still_waits_out_the_preemption() -> None:
+    """Kueue's webhook creates a JobSet suspended: its first record carries no time of the
+    job controller's (no `Suspended` condition yet). Delivered in one burst with the
+    Workload's backlog after it — up to the readmission — its later suspension is still set
+    beside Kueue's eviction by their own times: a record with no time of its own is placed
+    no later than the job's next timed change, not at the burst."""
+    lines = sorted(jobset_kueue_preempted(), key=lambda line: line["value"]["observed_at"])
+
+    def resumed_again(line: Line) -> bool:
+        obj = line["value"]["object"]
+        conditions = obj.get("status", {}).get("conditions", [])
+        return obj["kind"] == "JobSet" and not obj["spec"]["suspend"] and any(c["type"] == "Suspended" and c["reason"] == "ResumeJobs" for c in conditions)
+
+    stop = [i for i, line in enumerate(lines) if resumed_again(line)][-1]  # the resume after the readmission
+    got = answer(in_a_burst(lines, 0, stop, [0] * stop))["transitions"]
+    [(_, steps)] = got.items()
+    assert [(f, t, code) for f, t, code, *_ in steps] == [
+        ("Pending", "Running", None),
+        ("Running", "WaitingForReadmission", None),
+        ("WaitingForReadmission", "Running", None),
+        ("Running", "Completed", None),
+    ]
+    assert steps[2][4] == 21 * 60  # Kueue's wait: evicted 80 minutes before the end, admitted again 59 before
+    assert got == answer(lines)["transitions"]

@@ -67,10 +67,14 @@ def test_r12_3_progress_is_forwarded_through_the_internal_topics_tagged_with_its
     # The gang and attempt stages heard of partition 1 of 2: not yet a watermark.
     assert pipeline.marks["gangs"].of(b.CLUSTER, JOBS) is None
     assert pipeline.marks["gangs"].latest == {f"{b.CLUSTER}/{JOBS}": {1: b.T0}}
-    assert pipeline.marks["attempts"].latest == {f"{b.CLUSTER}/{JOBS}": {1: b.T0}}
+    # The attempt stage hears it from the jobs stage; the gang stage (whose quota facts,
+    # SPEC R17, reach it by another path) forwards its own watermark, under its own name,
+    # once it has one: until then the attempt stage waits for it.
+    assert pipeline.marks["attempts"].latest == {f"{b.CLUSTER}/{JOBS}": {1: b.T0}, f"{b.CLUSTER}/gangs:{JOBS}": {}}
     _feed(pipeline, b.progress(JOBS, b.T0 + b.minutes(1)), partition=0, partitions=2)
     assert pipeline.marks["gangs"].of(b.CLUSTER, JOBS) == b.T0  # the slower partition
-    assert pipeline.marks["attempts"].of(b.CLUSTER, JOBS) == b.T0
+    assert pipeline.marks["attempts"].latest[f"{b.CLUSTER}/gangs:{JOBS}"] == {0: b.T0}  # the gang stage's one partition
+    assert pipeline.marks["attempts"].of(b.CLUSTER, JOBS) == pipeline.marks["attempts"].of(b.CLUSTER, f"gangs:{JOBS}") == b.T0
 
 
 def test_r12_3_the_end_of_a_trace_takes_every_pending_decision() -> None:

@@ -94,7 +94,7 @@ def test_r13_3_the_fleet_views_name_workload_attempts() -> None:
 def test_r13_3_the_fleet_read_model_reads_a_v1_verdict() -> None:
     _, out = replayed(EXAMPLES / "pod-task-xid74.jsonl")
     v2 = next(e.value for e in out if e.topic == CLASSIFIED_FAILURES)
-    fields = {f: getattr(v2, f) for f in v2.__struct_fields__ if f not in ("identity", "gpu_seconds")}
+    fields = {f: getattr(v2, f) for f in v2.__struct_fields__ if f not in ("identity", "gpu_seconds", "goodput")}
     v1 = msgspec.json.decode(msgspec.json.encode(ClassifiedFailureV1(**fields)), type=ClassifiedFailure | ClassifiedFailureV1)
     state = FleetState()
     read(state, Emit(CLASSIFIED_FAILURES, v1.key, v1))

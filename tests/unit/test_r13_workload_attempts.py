@@ -249,10 +249,10 @@ def test_r13_3_gang_transitions_are_keyed_by_the_workload_attempt() -> None:
 
 def test_r13_3_a_v1_record_reads_as_a_labels_verdict() -> None:
     (v2,) = final_verdicts([record(p := pod("p", containers={"main": running()}), T0 - minutes(5)), record(failed_pod(p), T0)]).values()
-    fields = {f: getattr(v2, f) for f in v2.__struct_fields__ if f not in ("identity", "gpu_seconds")}
+    fields = {f: getattr(v2, f) for f in v2.__struct_fields__ if f not in ("identity", "gpu_seconds", "goodput")}
     v1 = msgspec.json.decode(msgspec.json.encode(ClassifiedFailureV1(**fields)), type=ClassifiedFailureV1)
     assert msgspec.json.encode(v1).startswith(b'{"schema":"faultline.ClassifiedFailure/v1"')
-    assert upgraded(v1) == msgspec.structs.replace(v2, gpu_seconds=None)  # v1 knew no cost (issue 30)
+    assert upgraded(v1) == msgspec.structs.replace(v2, gpu_seconds=None, goodput=None)  # v1 knew no cost (issue 30, R17)
 
 
 # --- R13.4 child pods ------------------------------------------------------------------------------

@@ -281,11 +281,11 @@ def test_r16_3_a_group_is_kept_while_it_lives_and_expires_once_its_object_or_all
         assert expires is None or expires == gone + DEFAULT_RULES.retention
 
 
-def test_r16_3_classify_and_run_say_a_group_was_recreated_not_restarted_in_place() -> None:
+def test_r16_3_classify_and_run_say_a_group_was_restarted_as_a_new_group_not_in_place() -> None:
     from app.cli import live_output, render
 
     [verdict] = final_verdicts(_observed(lws_group_recreated())).values()
-    assert render.interim_note(verdict) == "group recreated (generation 0)"
-    assert render.verdict_table([verdict])[1].rstrip().endswith("group recreated (generation 0)")
+    assert render.restart_cell(verdict) == "as a new group (generation 0)"
+    assert render.verdict_table([verdict])[1].rstrip().endswith("as a new group (generation 0)")
     assert "restarted in place" not in "\n".join(render.verdict_table([verdict]))
-    assert live_output.verdict_cells(verdict, None)[-1] == "group recreated (generation 0)"
+    assert live_output.verdict_cells(verdict, None)[-1] == "restarted as a new group (generation 0)"

@@ -260,6 +260,7 @@ def test_r6_8_record_carries_every_field_in_contract_order():
         "schema", "key", "cluster", "namespace", "identity", "run", "action", "attempt", "tracked", "generation", "terminal",
         "failed_at", "code", "kind", "message", "gpu_fault", "faulted_pod", "reasons", "revision", "rules_version",
         "gpu_seconds",  # issue 30 (v2 before release)
+        "goodput",  # SPEC R17.4 (added to v2, optional)
     ]  # fmt: skip
     assert body["schema"] == "faultline.ClassifiedFailure/v2" and body["identity"] == "labels"
     assert list(body["gpu_fault"]) == [

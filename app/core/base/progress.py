@@ -48,6 +48,15 @@ class Watermarks(msgspec.Struct, frozen=True, dict=True):
         marks = {k: v for k, v in self.marks.items() if k != key}
         return msgspec.structs.replace(observed, marks={**marks, key: mark} if mark is not None else marks)
 
+    def expect(self, cluster: str, topic: str) -> Watermarks:
+        """These watermarks waiting for (cluster, topic) too: no watermark, so no stream
+        time, until it has shown progress (a second path of the same source's progress,
+        R12.3: `topology.EXPECTED`)."""
+        key = f"{cluster}/{topic}"
+        if key in self.latest or key in self.ended:
+            return self
+        return msgspec.structs.replace(self, latest={**self.latest, key: {}})
+
     def of(self, cluster: str, topic: str) -> datetime | None:
         """The watermark of (cluster, topic): every record of it observed before this
         time has been seen. None until every partition has shown progress."""

@@ -150,6 +150,10 @@ class Rules(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True):
     # R15.4: a workload attempt waiting longer than this (stream time) for Kueue to readmit
     # it is reported once as stuck (the wait goes on).
     max_readmission_wait_seconds: Annotated[float, msgspec.Meta(gt=0, le=CENTURY)] = 6 * 3600
+    # R17.3: a Workload holding quota while no pod of its attempt runs for longer than this
+    # (stream time), or evicted while it still holds it (kubernetes-sigs/kueue#14811), is
+    # reported once on faultline.idle-quota (and once more when that ends).
+    max_idle_quota_seconds: Annotated[float, msgspec.Meta(gt=0, le=CENTURY)] = 15 * 60
     child_pod_labels: tuple[str, ...] = DEFAULT_CHILD_POD_LABELS
     # R3: the Xid table is part of the rule set.
     xid: XidTable = DEFAULT_XID_TABLE
@@ -199,6 +203,10 @@ class Rules(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True):
         return timedelta(seconds=self.max_readmission_wait_seconds)
 
     @cached_property
+    def max_idle_quota(self) -> timedelta:
+        return timedelta(seconds=self.max_idle_quota_seconds)
+
+    @cached_property
     def retention(self) -> timedelta:
         return timedelta(seconds=self.retention_seconds)
 
@@ -210,7 +218,7 @@ class Rules(msgspec.Struct, frozen=True, forbid_unknown_fields=True, dict=True):
     def time_margin(self) -> timedelta:
         """The most the rules add to or take from a record time (R11.3: a record time
         closer than this to the calendar's ends is out of range)."""
-        longest = max(self.window_seconds, self.slack_seconds, self.watch_skew_seconds, self.retention_seconds, self.max_clock_skew_seconds, self.max_readmission_wait_seconds)
+        longest = max(self.window_seconds, self.slack_seconds, self.watch_skew_seconds, self.retention_seconds, self.max_clock_skew_seconds, self.max_readmission_wait_seconds, self.max_idle_quota_seconds)
         return timedelta(seconds=longest, days=366)  # and room for any window a reader of the outputs adds
 
     @cached_property

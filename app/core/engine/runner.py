@@ -37,7 +37,7 @@ from app.core.base.dead_letters import dead_letter
 from app.core.base.emit import Emit
 from app.core.base.progress import NO_PROGRESS, Watermarks, progress_of, settles
 from app.core.base.rules import Rules
-from app.core.engine.topology import INPUT_OF, Applied, Failed, Stage, StageRecord, apply, decode_record, forwarded, settle
+from app.core.engine.topology import EXPECTED, INPUT_OF, Applied, Failed, Stage, StageRecord, apply, decode_record, forwarded, settle
 from app.model.decode import BadRecord, encode_internal
 from app.model.envelope import BOOKMARK
 from app.model.facts import INTERNAL_TOPICS, Progress
@@ -245,6 +245,7 @@ class Runner:
         self._usable = rules.usable_times  # R11.3
         self._skew = rules.max_clock_skew  # R11.4: only a record past it needs `clock_fault`
         self._inputs = {t: (INPUT_OF[t].key, INPUT_OF[t].fold) for t in stage.topics}  # as the topology says now
+        self._expected = EXPECTED.get(stage.name, {})
 
     # --- records ---------------------------------------------------------------------------
 
@@ -342,11 +343,16 @@ class Runner:
         marks = scope.marks.observe(own)
         if marks is None:
             return _NOTHING  # nothing new (a repeat, or progress from behind)
+        for other in self._expected.get(own.topic, ()):  # the same progress by another path
+            marks = marks.expect(own.cluster, other)
         scope.marks = marks
         self.counts["progress"] += 1
-        out = [Out(emit, encode_internal(emit.value)) for emit in forwarded(self.stage, progress)]
+        # Its own watermark goes out as its input partition's (one partition: all of them).
+        mine, count = (0, 1) if scope.whole else (source.partition or 0, source.partitions or 1)
+        ahead = [Out(emit, encode_internal(emit.value)) for emit in forwarded(self.stage, progress, marks, mine, count)]
         if self.stage.settle is None or store is None:
-            return Outcome(out, _NONE, _NONE)
+            return Outcome(ahead, _NONE, _NONE)
+        out: list[Out] = []
         writes: list[Write] = []
         redelivered: list[str] = []
         now = marks.stream_time(progress.cluster)
@@ -363,6 +369,9 @@ class Runner:
                 out.append(Out(dead_letter(source.name, key, source.partition, source.offset, result.reason, encode_internal(progress)), None))
                 continue
             self._applied(scope, key, result, out, writes)
+        # The progress last: what the states decided at it is written before it vouches
+        # for that time downstream (R12.3).
+        out += ahead
         return Outcome(out, writes, redelivered)
 
     def waiting(self, scope: Scope, store: StateStore, cluster: str, stream_time: datetime | None) -> list[str]:

@@ -2,8 +2,8 @@
 
     k8s.pods, k8s.events --(cluster/pod uid)--> pods [PodState] -----> faults, attempt-facts, fleet-inputs
     k8s.jobs, k8s.workloads ------------------> jobs (stateless) ----> attempt-facts, gang-inputs
-    attempt-facts --(attempt key)-------------> attempts [AttemptState] -> classified-failures, fleet-inputs
-    gang-inputs --(cluster/JobSet uid)--------> gangs [GangStateData] --> gang-transitions, fleet-inputs
+    attempt-facts --(attempt key)-------------> attempts [AttemptState] -> classified-failures, idle-quota, fleet-inputs
+    gang-inputs --(cluster/JobSet uid)--------> gangs [GangStateData] --> gang-transitions, attempt-facts (quota), fleet-inputs
     fleet-inputs --(node, GPU, ns-hour, queue)-> fleet [FleetStats] -----> the derived topics (docs/fleet.md)
 
 Each stage says here, once, which topics it reads, how a record of each is keyed and
@@ -34,6 +34,7 @@ from typing import Any
 import msgspec
 
 from app.core.stages.attempts import AttemptState, attempt_expires_at, fold_attempt
+from app.core.stages.attempt_goodput import attempt_waits_until, settle_attempt
 from app.core.base.emit import DROPPED, Emit
 from app.core.fleet.fold import FleetStats, fleet_expires_at, fleet_waits_until, fold_fleet, settle_fleet
 from app.core.stages.gangs import GangStateData, fold_gang, gang_expires_at, gang_waits_until, route_workload_record, settle_gang
@@ -54,7 +55,7 @@ from app.model.facts import (
     Progress,
 )
 from app.model.fleet_records import DERIVED_TOPICS
-from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, FAULTS, GANG_TRANSITIONS, STUCK_READMISSIONS
+from app.model.records import CLASSIFIED_FAILURES, DEAD_LETTER, FAULTS, GANG_TRANSITIONS, IDLE_QUOTA, STUCK_READMISSIONS
 
 StageRecord = TypedEnvelope | AttemptFact | GangInput | FleetInput
 # (state or None, state key, record, rules, the stage's watermarks) -> (new state or None, records to write)
@@ -83,6 +84,11 @@ class Stage(msgspec.Struct, frozen=True):
     # stream time, or ANY_PROGRESS); it is decided again (`settle`) once progress gets there.
     waits_until: Callable[[Any, Rules], datetime | None] | None = None
     settle: Settle | None = None
+    # Internal topics it forwards its own watermark to, under its own name (`<stage>:<topic>`,
+    # `forwarded`): a stage that feeds one its records reach by two paths, so that the
+    # reader's watermark waits for both (R12.3: the gangs stage's quota facts and the jobs
+    # stage's job facts both go to the attempt stage).
+    progress_as_own: tuple[str, ...] = ()
 
     @property
     def topics(self) -> tuple[str, ...]:
@@ -109,18 +115,21 @@ JOBS_STAGE = Stage(
 ATTEMPTS_STAGE = Stage(
     name="attempts",
     inputs=(Input(ATTEMPT_FACTS, _as_is, fold_attempt),),
-    outputs=(CLASSIFIED_FAILURES, FLEET_INPUTS),
+    outputs=(CLASSIFIED_FAILURES, IDLE_QUOTA, FLEET_INPUTS),
     state=AttemptState,
     expires_at=attempt_expires_at,
+    waits_until=attempt_waits_until,  # R17: the fleet told and idle quota decided, on progress
+    settle=settle_attempt,
 )
 GANGS_STAGE = Stage(
     name="gangs",
     inputs=(Input(GANG_INPUTS, _as_is, fold_gang),),
-    outputs=(GANG_TRANSITIONS, STUCK_READMISSIONS, FLEET_INPUTS),
+    outputs=(GANG_TRANSITIONS, STUCK_READMISSIONS, ATTEMPT_FACTS, FLEET_INPUTS),
     state=GangStateData,
     expires_at=gang_expires_at,
     waits_until=gang_waits_until,
     settle=settle_gang,
+    progress_as_own=(ATTEMPT_FACTS,),
 )
 FLEET_STAGE = Stage(
     name="fleet",
@@ -136,7 +145,31 @@ STAGES: tuple[Stage, ...] = (PODS_STAGE, JOBS_STAGE, ATTEMPTS_STAGE, GANGS_STAGE
 # Every topic a stage reads has exactly one reader.
 STAGE_OF: dict[str, Stage] = {i.topic: stage for stage in STAGES for i in stage.inputs}
 INPUT_OF: dict[str, Input] = {i.topic: i for stage in STAGES for i in stage.inputs}
-OUTPUT_TOPICS: tuple[str, ...] = (FAULTS, CLASSIFIED_FAILURES, GANG_TRANSITIONS, STUCK_READMISSIONS, DEAD_LETTER, *DERIVED_TOPICS)
+
+
+def _sources(stage: Stage) -> tuple[str, ...]:
+    """The source topics whose progress reaches `stage` (through the stages before it)."""
+    out: list[str] = []
+    for topic in stage.topics:
+        writers = [s for s in STAGES if topic in s.outputs]
+        for found in [topic] if not writers else [t for w in writers for t in _sources(w)]:
+            if found not in out:
+                out.append(found)
+    return tuple(out)
+
+
+# R12.3: stage -> source topic -> the names its progress also comes under, by another path
+# (`Stage.progress_as_own`): once a stage hears of a source topic, its watermark waits for
+# each of them too, so that its stream time never runs ahead of a path not yet heard from.
+EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
+    reader.name: {
+        source: tuple(f"{w.name}:{source}" for w in STAGES if set(w.progress_as_own) & set(reader.topics) and source in _sources(w))
+        for source in _sources(reader)
+        if any(source in _sources(w) for w in STAGES if set(w.progress_as_own) & set(reader.topics))
+    }
+    for reader in STAGES
+}
+OUTPUT_TOPICS: tuple[str, ...] = (FAULTS, CLASSIFIED_FAILURES, GANG_TRANSITIONS, STUCK_READMISSIONS, IDLE_QUOTA, DEAD_LETTER, *DERIVED_TOPICS)
 
 
 def decode_record(topic: str, value: bytes) -> StageRecord:
@@ -233,11 +266,36 @@ def progress_in(record: StageRecord) -> bool:
     return isinstance(record, Progress) or getattr(record, "type", None) == BOOKMARK
 
 
-def forwarded(stage: Stage, progress: Progress) -> list[Emit]:
+def forwarded(stage: Stage, progress: Progress, marks: Watermarks, partition: int, partitions: int) -> list[Emit]:
     """R12.3: what a stage writes on progress: the same progress to every partition of
     each internal topic it writes, so the next stage computes the same watermark. The
-    drivers send a `Progress` value to every partition (`to_every_partition`)."""
-    return [Emit(topic, progress.topic, progress) for topic in stage.outputs if topic in INTERNAL_TOPICS]
+    drivers send a `Progress` value to every partition (`to_every_partition`).
+
+    To a topic in `progress_as_own` a stage sends its own watermark instead (`marks`, of
+    its input `partition` of `partitions`), under its own name: a stage that reads an
+    internal topic hears of every source partition in each of its partitions, so the
+    source partition's progress, forwarded as it came, would reach the reader from each of
+    them and vouch for what the slowest has not written yet. Its own watermark, tagged
+    with its own partition, makes the reader's the least over all of them."""
+    out = []
+    for topic in stage.outputs:
+        if topic in INTERNAL_TOPICS:
+            sent: Progress | None = progress
+            if topic in stage.progress_as_own:
+                sent = own_progress(stage, progress, marks, partition, partitions)
+            if sent is not None:
+                out.append(Emit(topic, sent.topic, sent))
+    return out
+
+
+def own_progress(stage: Stage, progress: Progress, marks: Watermarks, partition: int, partitions: int) -> Progress | None:
+    """The stage's own watermark of `progress`'s (cluster, topic), as its input `partition`
+    of `partitions` forwards it (`<stage>:<topic>`); None while it has none."""
+    name = f"{stage.name}:{progress.topic}"
+    if progress.final:
+        return msgspec.structs.replace(progress, topic=name)
+    mark = marks.of(progress.cluster, progress.topic)
+    return None if mark is None else Progress(progress.cluster, name, partition, partitions, mark)
 
 
 def to_every_partition(emit: Emit) -> bool:

@@ -10,6 +10,7 @@ counts toward (`app/core/stages/fleet_inputs.py`):
     <cluster>/failures/<ns>/<hour>           failed attempts of a namespace in one hour, by code and kind
     <cluster>/gpu-time/<node>/<hour>         the GPU-seconds failures of one hour burned on a node (issue 30)
     <cluster>/queue/<ns>/<queue>             a LocalQueue: Kueue evictions, preemptions, readmission waits
+    <cluster>/goodput/<ns>/<queue>/<hour>    where the GPU-seconds of one hour went (SPEC R17.4)
 
 Each state is bounded by the settings, not by the fleet: one hour's counts by code (an
 hour past `history_hours` is dropped), at most `HITS_KEPT` critical faults for the
@@ -43,19 +44,21 @@ from app.core.base.emit import Emit
 from app.core.base.progress import Watermarks
 from app.core.base.rules import Rules
 from app.core.fleet.failures import on_failure, on_gpu_time
+from app.core.fleet.goodput import on_goodput
 from app.core.fleet.faults import on_fault, on_rate, slide
 from app.core.fleet.queues import on_gang, sweep
 from app.core.fleet.states import (
     AT_ONCE,
     FailureStats,
     FleetStats,
+    GoodputStats,
     GpuTimeStats,
     QueueStats,
     RateStats,
     SourceStats,
     stream_now,
 )
-from app.model.facts import FailureChange, FaultChange, GangChange, GpuTimeChange
+from app.model.facts import FailureChange, FaultChange, GangChange, GoodputChange, GpuTimeChange
 
 # --- keys ------------------------------------------------------------------------------------
 
@@ -64,7 +67,7 @@ from app.model.facts import FailureChange, FaultChange, GangChange, GpuTimeChang
 
 
 def fold_fleet(
-    state: FleetStats | None, key: str, record: FaultChange | FailureChange | GpuTimeChange | GangChange, rules: Rules, marks: Watermarks
+    state: FleetStats | None, key: str, record: FaultChange | FailureChange | GpuTimeChange | GoodputChange | GangChange, rules: Rules, marks: Watermarks
 ) -> tuple[FleetStats | None, list[Emit]]:
     fleet = rules.fleet
     if fleet is None:
@@ -77,6 +80,8 @@ def fold_fleet(
         return on_failure(state if isinstance(state, FailureStats) else None, record, fleet, marks)
     if isinstance(record, GpuTimeChange):
         return on_gpu_time(state if isinstance(state, GpuTimeStats) else None, record)
+    if isinstance(record, GoodputChange):
+        return on_goodput(state if isinstance(state, GoodputStats) else None, record, fleet, marks)
     return on_gang(state if isinstance(state, QueueStats) else None, key, record, fleet, marks)
 
 
@@ -88,7 +93,7 @@ def settle_fleet(state: FleetStats, key: str, rules: Rules, marks: Watermarks) -
     now = stream_now(state, marks)
     if isinstance(state, SourceStats):
         return slide(state, now, fleet)
-    if isinstance(state, RateStats | GpuTimeStats):
+    if isinstance(state, RateStats | GpuTimeStats | GoodputStats):
         return state, []
     return sweep(state, now, fleet), []
 
@@ -110,7 +115,7 @@ def fleet_expires_at(state: FleetStats, rules: Rules) -> datetime | None:
     fleet = rules.fleet
     if fleet is None:
         return AT_ONCE
-    if isinstance(state, (RateStats, FailureStats, GpuTimeStats)):
+    if isinstance(state, (RateStats, FailureStats, GpuTimeStats, GoodputStats)):
         return _leaves_history(state.hour, fleet.history_hours)
     if isinstance(state, SourceStats):
         return AT_ONCE if not state.hits and state.candidate_since is None else None

@@ -25,6 +25,7 @@ from app.core.fleet.states import fault_label, horizon
 from app.model.fleet_records import (
     FailureRate,
     GangQueue,
+    Goodput,
     GpuFaultRate,
     NodeFaultRate,
     NodeGpuTime,
@@ -32,10 +33,10 @@ from app.model.fleet_records import (
     QuarantineCandidate,
 )
 from app.model import records_v1
-from app.model.records import ClassifiedFailure, DeadLetter, ErrorKind, GpuFault, Identity, StuckReadmission
+from app.model.records import ClassifiedFailure, DeadLetter, ErrorKind, GpuFault, Identity, IdleQuota, StuckReadmission
 
 QUARANTINE_LOG = 50  # quarantine records kept for the page
-HourlyTable = Literal["nodes", "gpus", "failures", "gpu_time", "waits"]  # FleetState's tables of hourly records
+HourlyTable = Literal["nodes", "gpus", "failures", "gpu_time", "waits", "goodput"]  # FleetState's tables of hourly records
 
 
 class VerdictRow(msgspec.Struct, frozen=True):
@@ -75,6 +76,8 @@ class FleetState(msgspec.Struct):
     waits: dict[str, PreemptionWait] = {}
     queues: dict[str, GangQueue] = {}
     stuck: dict[str, StuckReadmission] = {}  # waits past max_readmission_wait now (SPEC R15.4)
+    goodput: dict[str, Goodput] = {}  # where the GPU-seconds of each hour went (SPEC R17.4)
+    idle: dict[str, IdleQuota] = {}  # quota idle now (SPEC R17.3), by attempt key
     recent: list[VerdictRow] = []  # newest first, one per attempt key
     recent_rows: dict[str, VerdictRow] = {}  # attempt key -> its row in `recent` (kept with it)
     dead_letters: int = 0
@@ -104,6 +107,14 @@ def read(state: FleetState, emit: Emit, settings: FleetSettings = DEFAULT_FLEET)
         _keep(state, "waits", state.waits, emit.key, value, value.hour, settings)
     elif isinstance(value, GangQueue):
         state.queues[emit.key] = value
+    elif isinstance(value, Goodput):
+        _keep(state, "goodput", state.goodput, emit.key, value, value.hour, settings)
+    elif isinstance(value, IdleQuota):
+        if value.idle:
+            state.idle[emit.key] = value
+        elif (kept := state.idle.get(emit.key)) is not None and kept.since <= value.since:
+            del state.idle[emit.key]
+        _advance(state, value.cluster, value.at, settings)
     elif isinstance(value, StuckReadmission):
         if value.stuck:
             state.stuck[emit.key] = value

@@ -108,6 +108,25 @@ class GpuTimeStats(msgspec.Struct, frozen=True, gc=False, tag="gpu-time"):
     system_gpu_seconds: int = 0
 
 
+class GoodputStats(msgspec.Struct, frozen=True, gc=False, tag="goodput"):
+    """SPEC R17.4: where the GPU-seconds of one UTC hour went in a namespace and queue."""
+
+    cluster: str
+    namespace: str
+    queue: str
+    hour: datetime
+    latest: datetime = EPOCH
+    attempts: int = 0
+    reserved: int = 0
+    running: int = 0
+    useful: int = 0
+    lost_user: int = 0
+    lost_system: int = 0
+    idle: int = 0
+    wait_seconds: int = 0
+    waits: int = 0
+
+
 class QueueBucket(msgspec.Struct, frozen=True, gc=False, array_like=True):
     hour: datetime
     evictions: int = 0
@@ -129,7 +148,7 @@ class QueueStats(msgspec.Struct, frozen=True, gc=False, tag="queue"):
     totals: QueueBucket = QueueBucket(EPOCH)  # lifetime (counters never go down)
 
 
-FleetStats = SourceStats | RateStats | FailureStats | GpuTimeStats | QueueStats
+FleetStats = SourceStats | RateStats | FailureStats | GpuTimeStats | GoodputStats | QueueStats
 
 
 # --- the stage's time (SPEC R12.5) ------------------------------------------------------------

@@ -12,6 +12,7 @@ import msgspec
 from app.core.base.clock import hour_of
 from app.core.fleet.states import SEVERITIES, fault_label, horizon
 from app.core.fleet.costs import GpuCost, gpu_cost
+from app.core.fleet.goodput_rows import ClusterGoodput, IdleRow, cluster_goodput, idle_rows
 from app.core.fleet.read_model import FleetState, VerdictRow, oldest_hour
 from app.core.base.rules import DEFAULT_FLEET, FleetSettings
 from app.model.fleet_records import (
@@ -133,6 +134,15 @@ class Totals(msgspec.Struct, frozen=True):
     gpu_seconds_unknown: int = 0
 
 
+class ClusterHours(msgspec.Struct, frozen=True):
+    """One cluster's hours, on its own stream time: clusters far apart each keep a chart
+    that reads (a fleet-wide axis from the oldest to the newest would squeeze both)."""
+
+    cluster: str
+    stream_time: datetime | None
+    hours: list[HourPoint]
+
+
 class FleetSummary(msgspec.Struct, frozen=True):
     """Plain data for the terminal tables and the web page; counts cover the history kept."""
 
@@ -151,6 +161,10 @@ class FleetSummary(msgspec.Struct, frozen=True):
     recent: list[VerdictRow]
     stuck: list[StuckRow] = []
     cost: GpuCost = msgspec.field(default_factory=GpuCost)
+    failure_rows: int = 0  # every row of `failures` before the top N (the page lists them all: /api/failures)
+    clusters: list[ClusterHours] = []  # `hours` per cluster, each on its own stream time
+    goodput: list[ClusterGoodput] = []  # SPEC R17.4, per cluster
+    idle_quota: list[IdleRow] = []  # SPEC R17.3: quota idle now
 
 
 def _is_candidate(state: FleetState, scope: Scope, cluster: str, node: str, gpu: str) -> bool:
@@ -277,27 +291,34 @@ def queue_rows(state: FleetState) -> list[QueueRow]:
     return rows
 
 
-def hour_points(state: FleetState, settings: FleetSettings = DEFAULT_FLEET) -> list[HourPoint]:
-    """Fleet-wide faults (by severity) and failures per hour, from the oldest hour with data
-    to the newest hour (empty hours included)."""
-    if state.stream_time is None:
+def hour_points(state: FleetState, settings: FleetSettings = DEFAULT_FLEET, cluster: str | None = None) -> list[HourPoint]:
+    """Faults (by severity) and failures per hour, fleet-wide or of one `cluster` (on its
+    own stream time), from the oldest hour with data to the newest hour (empty hours
+    included)."""
+    newest = state.stream_time if cluster is None else state.cluster_times.get(cluster)
+    if newest is None:
         return []
     faults: dict[datetime, dict[str, int]] = {}
     for rate in state.nodes.values():
+        if cluster is not None and rate.cluster != cluster:
+            continue
         counts = faults.setdefault(rate.hour, dict.fromkeys(SEVERITIES, 0))
         counts["USER"] += rate.user
         counts["WARN"] += rate.warn
         counts["CRITICAL"] += rate.critical
     failures: dict[datetime, list[int]] = {}
     for record in state.failures.values():
+        if cluster is not None and record.cluster != cluster:
+            continue
         row = failures.setdefault(record.hour, [0, 0, 0, 0])
         system = record.kind == "SYSTEM"
         row[0] += record.failures
         row[1] += record.failures if system else 0
         row[2 + system] += record.gpu_seconds  # user, then system GPU-seconds (issue 30)
-    last = hour_of(state.stream_time)
+    last = hour_of(newest)
     first = min([*faults, *failures], default=last)
-    first = max(first, oldest_hour(state, settings) or horizon(state.stream_time, settings))  # each cluster's own history
+    oldest = horizon(newest, settings) if cluster is not None else oldest_hour(state, settings) or horizon(newest, settings)
+    first = max(first, oldest)  # each cluster's own history
     points = []
     hour = first
     while hour <= last:
@@ -360,6 +381,10 @@ def fleet_summary(state: FleetState, settings: FleetSettings = DEFAULT_FLEET, to
         recent=state.recent[:top],
         stuck=stuck_rows(state),
         cost=gpu_cost(state, top),
+        failure_rows=len(failures),
+        clusters=[ClusterHours(c, at, hour_points(state, settings, c)) for c, at in sorted(state.cluster_times.items())],
+        goodput=cluster_goodput(state, settings),
+        idle_quota=idle_rows(state),
     )
 
 

@@ -29,7 +29,8 @@ from app.core.base.progress import Watermarks
 from app.core.verdicts.relevance import anchor_of, crd_failed_at, disrupted_within, is_relevant, pod_task_failed_at, run_began
 from app.core.base.rules import Rules
 from app.core.verdicts.classify import BaseFailure, Outcome, classify, pod_base_failure, previous_run_failure
-from app.model.facts import AttemptFact, AttributedFault, Counted, GenerationEnd, JobFacts, PodFacts
+from app.model.facts import AttemptFact, AttributedFault, Counted, GenerationEnd, JobFacts, PodFacts, QuotaFacts
+from app.core.stages.attempt_goodput import AttemptUsage, accounted, terminal_goodput, with_quota
 from app.model.records import CLASSIFIED_FAILURES, ClassifiedFailure, ObjectRef
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -62,6 +63,7 @@ class AttemptState(msgspec.Struct, frozen=True, omit_defaults=True):
     # R16.3 under R11.5: generations told by pods whose pods were left out (the oldest):
     # the later ones are numbered after them.
     pod_generations_dropped: int = 0
+    usage: AttemptUsage | None = None  # SPEC R17: its Workloads' quota, its hours told the fleet, its idle quota
 
 
 class _Verdict(msgspec.Struct, frozen=True):
@@ -269,6 +271,8 @@ def _record(key: str, ident: AttemptId, verdict: _Verdict, revision: int, rules:
 def _absorb(state: AttemptState, fact: AttemptFact, rules: Rules) -> tuple[AttemptState, int]:
     """The state with `fact` taken in, and how many generations it dropped (R11.5)."""
     last_activity = max(state.last_activity, fact.observed_at)
+    if isinstance(fact, QuotaFacts):  # R17: the quota of its Workloads, from the gang stage
+        return msgspec.structs.replace(state, usage=with_quota(state.usage, fact), last_activity=last_activity), 0
     if isinstance(fact, PodFacts):
         identity = state.identity
         if identity is None:  # the pod may say which attempt it is (labels, a bare pod, R13.1)
@@ -347,14 +351,15 @@ def fold_attempt(
 ) -> tuple[AttemptState, list[Emit]]:
     if state is None:
         state = AttemptState(key=key, last_activity=fact.observed_at)
+    before = state
     state, lost = _absorb(state, fact, rules)
     emits = dropped(DROPPED_GENERATIONS, lost)
     if not _may_have_failed(state):
-        return state, emits
+        return accounted(before, state, fact, (), rules, marks, emits)  # R17
     ident = state.identity
     verdicts = verdicts_of(state, rules) if ident is not None else []
     if ident is None or not verdicts:
-        return state, emits
+        return accounted(before, state, fact, verdicts, rules, marks, emits)
     counted = {f"{v.tracked.uid}/{v.id}": _counted(v, ident) for v in verdicts}
     if counted != state.counted:
         emits = [
@@ -366,11 +371,12 @@ def fold_attempt(
     last = state.emitted
     revision = last.revision + 1 if last is not None else _first_revision(state, verdicts[-1])
     record = _record(_verdict_key(state, ident, verdicts[-1]), ident, verdicts[-1], revision, rules)
+    record = msgspec.structs.replace(record, goodput=terminal_goodput(state, verdicts))  # R17.4
     if last is not None and msgspec.structs.replace(last, revision=revision) == record:
-        return state, emits  # R7.2: an identical recomputation emits no verdict
+        return accounted(before, state, fact, verdicts, rules, marks, emits)  # R7.2: an identical recomputation emits no verdict
     step = (record.revision, record.code, record.kind, record.generation, record.terminal, record.failed_at)
     state = msgspec.structs.replace(state, emitted=record, revisions=(*state.revisions, step)[-REVISIONS_KEPT:])
-    return state, [Emit(CLASSIFIED_FAILURES, record.key, record), *emits]
+    return accounted(before, state, fact, verdicts, rules, marks, [Emit(CLASSIFIED_FAILURES, record.key, record), *emits])
 
 
 def _counted(v: _Verdict, ident: AttemptId) -> Counted:

@@ -10,10 +10,11 @@ from datetime import datetime
 import msgspec
 
 from app.core.base.emit import Emit
+from app.core.verdicts.goodput import HourFigures
 from app.core.verdicts.gpu_time import UNKNOWN_NODE
 from app.core.base.clock import hour_of, iso
 from app.core.base.rules import Rules
-from app.model.facts import FLEET_INPUTS, Counted, FailureChange, FaultChange, FaultCount, GangChange, GpuTimeChange
+from app.model.facts import FLEET_INPUTS, Counted, FailureChange, FaultChange, FaultCount, GangChange, GoodputChange, GpuTimeChange
 from app.model.records import ClassifiedFailure, GangTransition, GpuFault
 
 
@@ -40,6 +41,11 @@ def failures_key(cluster: str, namespace: str, hour: datetime) -> str:
 
 def gpu_time_key(cluster: str, node: str, hour: datetime) -> str:
     return f"{cluster}/gpu-time/{node}/{iso(hour)}"
+
+
+def goodput_key(cluster: str, namespace: str, queue: str, hour: datetime) -> str:
+    """SPEC R17.4: one namespace and queue in one hour (queue "": no Workload held quota)."""
+    return f"{cluster}/goodput/{namespace}/{queue}/{iso(hour)}"
 
 
 def queue_name(t: GangTransition) -> str:
@@ -147,3 +153,41 @@ def gang_change(observed_at: datetime, transition: GangTransition, rules: Rules)
     if rules.fleet is None:
         return []
     return [Emit(FLEET_INPUTS, queue_key(transition), GangChange(observed_at, transition))]
+
+
+_NO_HOUR = HourFigures(datetime.min)
+
+
+def goodput_changes(
+    cluster: str,
+    observed_at: datetime,
+    before_where: tuple[str, str] | None,
+    before: tuple[HourFigures, ...],
+    where: tuple[str, str],
+    after: tuple[HourFigures, ...],
+    rules: Rules,
+) -> list[Emit]:
+    """SPEC R17.4: an attempt's figures per hour, what changed since it last told the fleet
+    (each figure signed; `attempts` +1 for an hour it enters, -1 for one it leaves). A
+    change of namespace or queue (the quota's facts came after its pods') moves it whole."""
+    if rules.fleet is None:
+        return []
+    old = {h.hour: h for h in before} if before_where is not None else {}
+    if before_where is not None and before_where != where:
+        moves = [(before_where, h.hour, h, _NO_HOUR) for h in before] + [(where, h.hour, _NO_HOUR, h) for h in after]
+    else:
+        new = {h.hour: h for h in after}
+        moves = [(where, hour, old.get(hour, _NO_HOUR), new.get(hour, _NO_HOUR)) for hour in sorted(old.keys() | new.keys())]
+    out = []
+    for (namespace, queue), hour, was, now in moves:
+        if was == now:
+            continue
+        entered = (now is not _NO_HOUR) - (was is not _NO_HOUR)
+        change = GoodputChange(
+            cluster, observed_at, namespace, queue, hour, entered,
+            now.reserved - was.reserved, now.running - was.running, now.useful - was.useful,
+            now.lost_user - was.lost_user, now.lost_system - was.lost_system, now.idle - was.idle,
+            now.wait_seconds - was.wait_seconds, now.waits - was.waits,
+        )  # fmt: skip
+        out.append(Emit(FLEET_INPUTS, goodput_key(cluster, namespace, queue, hour), change))
+    return out

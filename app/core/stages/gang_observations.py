@@ -14,10 +14,11 @@ from app.core.base.bounds import Trim
 from app.core.base.rules import Rules
 from app.core.identity import kueue
 from app.core.identity.attempt import gang_attempt
+from app.core.stages.gang_quota import replace_quota
 from app.core.kinds import registry
 from app.core.kinds.base import COMPLETED, End, clock_of
 from app.core.kinds.jobset import JOBSET
-from app.model.facts import GangInput
+from app.model.facts import GangInput, WorkloadQuota
 from app.model.k8s import Job, Timestamp, Workload
 from app.model.records import (
     EvictionCause,
@@ -115,6 +116,7 @@ class JobSetTrack(msgspec.Struct, frozen=True, gc=False):
     # R12.7: the latest time any of its records carried (its conditions'): every change of
     # the job made before it has been read.
     clock: Timestamp | None = None
+    join: str = ""  # R17: the attempt stage's key of its attempt, where its quota goes
 
     @property
     def requeued(self) -> bool:
@@ -172,6 +174,7 @@ class GangStateData(msgspec.Struct, frozen=True, gc=False):
     steps: int = 0  # steps of `decide` emitted so far (each a transition)
     blocked: bool = False  # a decision waits on progress (R12.4): settle it when a watermark moves
     stuck: Timestamp | None = None  # R15.4: the `at` of the wait reported stuck, until it ends
+    quota: tuple[WorkloadQuota, ...] = ()  # R17: what its Workloads held, and when
 
     @property
     def ended(self) -> bool:
@@ -265,6 +268,8 @@ def observe(state: GangStateData, record: GangInput, rules: Rules, trim: Trim) -
     if record.jobset is not None and record.change == "DELETED" and deleted_at is None:
         deleted_at = record.observed_at
     state = msgspec.structs.replace(state, last_seen=last_seen, deleted_at=deleted_at)
+    if record.workload is not None:
+        state = replace_quota(state, record)  # R17: a Workload's quota, the job ended or not
     if state.ended:
         return state
     if record.jobset is not None:
@@ -293,6 +298,7 @@ def _add_jobset(track: JobSetTrack | None, record: GangInput, jobset: Job, rules
         queue=labels.get(kueue.QUEUE_LABEL),
         views=views,
         clock=clock,
+        join=record.join or (track.join if track is not None else ""),
     )
 
 

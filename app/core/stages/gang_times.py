@@ -22,9 +22,13 @@ def job_times(views: tuple[JobSetView, ...]) -> list[datetime]:
     """R12.7: when each view's state (suspended, running, ended, deleted) began by the job's
     own clock: for each run of views in one state, the time its controller wrote for that
     state where a view of the run carries one (`since`), never after the run was first
-    seen; else when it was first seen. A function of the job's own records in watch order."""
+    seen; else as late as the job's own records allow: when it was first seen, but not
+    after the next state's time (a JobSet created suspended carries no time; in a burst it
+    is first seen with the changes that followed it). A function of the job's own records
+    in watch order."""
     times: list[datetime] = []
-    before: datetime | None = None
+    before: datetime | None = None  # the latest time a run is known to have begun by
+    untimed: list[tuple[int, int]] = []  # runs with no time of their own, since the last timed one
     i = 0
     while i < len(views):
         phase = _phase(views[i])
@@ -35,7 +39,13 @@ def job_times(views: tuple[JobSetView, ...]) -> list[datetime]:
         began = views[i].observed_at if carried is None else min(carried, views[i].observed_at)
         began = began if before is None else max(began, before)
         times += [began] * (j - i)
-        before = began
+        if carried is None:
+            untimed.append((i, j))
+        else:
+            for a, b in untimed:  # no later than this run, which came after them
+                times[a:b] = [min(times[a], began)] * (b - a)
+            untimed = []
+            before = began
         i = j
     return times
 

@@ -41,6 +41,8 @@ from app.core.kinds.jobset import JOBSET
 from app.core.stages.fleet_inputs import gang_change
 from app.core.stages.gang_decisions import Horizon, decide
 from app.core.stages.gang_observations import GangStateData, Status, observe
+from app.core.stages.gang_quota import quota_facts
+from app.core.verdicts.gpu_time import workload_gpus
 from app.model.decode import TypedEnvelope
 from app.model.envelope import ChangeType
 from app.model.facts import GANG_INPUTS, GangInput
@@ -70,16 +72,20 @@ def gang_key(cluster: str, obj: Job | Workload, rules: Rules) -> str | None:
     return f"{cluster}/{uid}" if uid else None
 
 
-def gang_input_of(change: ChangeType, observed_at: datetime, cluster: str, obj: Job | Workload, rules: Rules) -> Emit | None:
+def gang_input_of(
+    change: ChangeType, observed_at: datetime, cluster: str, obj: Job | Workload, rules: Rules, join: str = ""
+) -> Emit | None:
     """A job or Workload record for the gang stage, keyed by its gang (None: it belongs to
-    no gang faultline follows)."""
+    no gang faultline follows); `join`: a job's attempt stage key, where its quota goes (R17)."""
     key = gang_key(cluster, obj, rules)
     if key is None:
         return None
     jobset, workload = (obj, None) if isinstance(obj, Job) else (None, obj)
-    if workload is not None and workload.spec.pod_sets:  # read for routing only: not carried on
+    gpus = 0
+    if workload is not None and workload.spec.pod_sets:  # read for routing and R17.1 only: not carried on
+        gpus = workload_gpus(workload, rules)
         workload = msgspec.structs.replace(workload, spec=WorkloadSpec(active=workload.spec.active))
-    return Emit(GANG_INPUTS, key, GangInput(change, observed_at, cluster, jobset=jobset, workload=workload))
+    return Emit(GANG_INPUTS, key, GangInput(change, observed_at, cluster, jobset=jobset, workload=workload, gpus=gpus, join=join))
 
 
 def route_workload_record(
@@ -99,8 +105,9 @@ def fold_gang(
     if state is None:
         state = GangStateData(cluster=record.cluster, uid=uid, last_seen=record.observed_at)
     trim = Trim(rules)
+    before = state
     state, emits = _decided(observe(state, record, rules, trim), rules, marks)
-    return state, emits + trim.dropped()
+    return state, emits + quota_facts(before, state, record.observed_at) + trim.dropped()
 
 
 def settle_gang(state: GangStateData, _: str, rules: Rules, marks: Watermarks) -> tuple[GangStateData, list[Emit]]:

@@ -66,7 +66,8 @@ def route_job_record(_: None, __: str, envelope: TypedEnvelope[Job], rules: Rule
     """The jobs stage's fold for k8s.jobs: to the attempt (R1), and a JobSet to its gang (R9)."""
     change, at, cluster, job = envelope.type, envelope.observed_at, envelope.cluster, envelope.object
     emits = route_job(change, at, cluster, job, rules)
-    gang = gang_input_of(change, at, cluster, job, rules)
+    join = next((e.key for e in emits if e.topic == ATTEMPT_FACTS), "")  # where its quota goes (R17)
+    gang = gang_input_of(change, at, cluster, job, rules, join)
     if gang is not None:
         emits.append(gang)
     return None, emits

@@ -20,25 +20,40 @@ import msgspec
 from app.core.verdicts.relevance import anchor_of, run_began
 from app.core.base.rules import Rules
 from app.model.facts import NodeGpuSeconds, PodFacts
-from app.model.k8s import Pod, PodSpec
+from app.model.k8s import Pod, PodSpec, Workload
 
 UNKNOWN_NODE = "unknown-node"  # a trusted fault of a pod with no node (node trust off)
 
 # One pod's GPUs, at most: a hostile quantity must not make one failure cost a fleet. No
 # node sold today has more than 16 GPUs; DRA claims counted one device each (below).
 MAX_GPUS_PER_POD: Final = 64
+# One Workload's GPUs, at most (R17.1): its pod sets' counts are the tenant's job's. Kueue
+# admits no more than a ClusterQueue's quota; this keeps a hostile record's figures finite.
+MAX_GPUS_PER_WORKLOAD: Final = 1 << 20
 # A container runtime reports the Unix epoch as the start of a container it never started
 # (a StartError: kubernetes/kubernetes#120331): such a container ran no time.
 _NEVER_STARTED: Final = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _SECOND: Final = timedelta(seconds=1)
 
 
+class GpuSpan(msgspec.Struct, frozen=True, gc=False, array_like=True):
+    """One pod's part of a failure's GPU-seconds: its GPUs, from when to when (R17.4
+    splits it by the hours it fell in); `pod` its uid."""
+
+    gpus: int
+    start: datetime
+    end: datetime
+    pod: str = ""
+
+
 class GpuTime(msgspec.Struct, frozen=True, gc=False):
     """A failure's GPU-seconds (None when a GPU pod's start is unknown) and, when known,
-    their split by the node each pod ran on (nodes with none left out, by name)."""
+    their split by the node each pod ran on (nodes with none left out, by name) and each
+    pod's span of them."""
 
     gpu_seconds: int | None
     nodes: tuple[NodeGpuSeconds, ...] = ()
+    spans: tuple[GpuSpan, ...] = ()
 
 
 # --- what a pod record says (the pod stage keeps only these two numbers) --------------------
@@ -82,6 +97,18 @@ def gpus_requested(spec: PodSpec, rules: Rules, known: int = 0) -> int:
     if spec.resource_claims:
         total += _claimed_devices(spec)
     return min(total, MAX_GPUS_PER_POD)
+
+
+def workload_gpus(workload: Workload, rules: Rules) -> int:
+    """SPEC R17.1: the GPUs a Kueue Workload holds while it holds quota: over its
+    `spec.podSets`, `count` times the GPUs one pod of the set's template requests (as a
+    pod's, `gpus_requested`: a DRA claim counts as it does there)."""
+    total = 0
+    for pod_set in workload.spec.pod_sets:
+        count = max(pod_set.count, 0)
+        if count:
+            total += min(count, MAX_GPUS_PER_WORKLOAD) * gpus_requested(pod_set.template.spec, rules)
+    return min(total, MAX_GPUS_PER_WORKLOAD)
 
 
 def _claimed_devices(spec: PodSpec) -> int:
@@ -136,35 +163,59 @@ def has_run(pod: PodFacts) -> bool:
     return pod.phase in ("Running", "Succeeded") or any(c.terminated for c in pod.containers)
 
 
-def pod_gpu_seconds(pod: PodFacts, failed_at: datetime, since: datetime | None = None) -> int | None:
-    """One candidate pod's GPU-seconds for a failure at `failed_at`: its GPUs times the whole
-    seconds from its start (`since`, where an earlier generation of the same pod ended: a
-    restart in place, R16.2) to when it stopped (R5.1's anchor, never past the failure);
-    0 for a pod asking for no GPU or that never started; None when its start is unknown."""
+def pod_gpu_span(pod: PodFacts, failed_at: datetime, since: datetime | None = None) -> GpuSpan | None:
+    """One candidate pod's part of a failure at `failed_at`: its GPUs, from its start
+    (`since`, where an earlier generation of the same pod ended: a restart in place,
+    R16.2) to when it stopped (R5.1's anchor, never past the failure). None when it asks
+    for no GPU or never ran (0 GPU-seconds); raises `UnknownStart` when it ran from an
+    unknown start."""
     if pod.gpus <= 0:
-        return 0
+        return None
     start = pod.started_at
     if start is None:
-        return None if has_run(pod) else 0
+        if has_run(pod):
+            raise UnknownStart
+        return None
     began = run_began(pod, since)
     if began is not None and began > start:
         start = began
     end = anchor_of(pod, failed_at, clamp=True)
-    return pod.gpus * ((end - start) // _SECOND) if end > start else 0
+    return GpuSpan(pod.gpus, start, end, pod.uid) if end > start else None
+
+
+class UnknownStart(Exception):
+    """A pod that ran, whose records never showed when it started."""
+
+
+def pod_gpu_seconds(pod: PodFacts, failed_at: datetime, since: datetime | None = None) -> int | None:
+    """One candidate pod's GPU-seconds for a failure at `failed_at`: its GPUs times the whole
+    seconds of its span (`pod_gpu_span`); 0 for a pod asking for no GPU or that never
+    started; None when its start is unknown."""
+    try:
+        span = pod_gpu_span(pod, failed_at, since)
+    except UnknownStart:
+        return None
+    return span.gpus * ((span.end - span.start) // _SECOND) if span is not None else 0
 
 
 def gpu_time_of(pods: Iterable[PodFacts], failed_at: datetime, since: datetime | None = None) -> GpuTime:
     """A failure's GPU-seconds over its candidate pods (from `since` for pods an earlier
-    generation kept), and by the node each ran on (a pod with no node on `unknown-node`);
-    unknown (None, no nodes) if any pod's is."""
+    generation kept), by the node each ran on (a pod with no node on `unknown-node`) and
+    each pod's span; unknown (None, no nodes) if any pod's is."""
     total = 0
     by_node: dict[str, int] = {}
+    spans = []
     for pod in pods:
-        seconds = pod_gpu_seconds(pod, failed_at, since)
-        if seconds is None:
+        try:
+            span = pod_gpu_span(pod, failed_at, since)
+        except UnknownStart:
             return GpuTime(None)
+        if span is None:
+            continue
+        seconds = span.gpus * ((span.end - span.start) // _SECOND)
         if seconds:
             total += seconds
             node = pod.node_name or UNKNOWN_NODE
             by_node[node] = by_node.get(node, 0) + seconds
-    return GpuTime(total, tuple(NodeGpuSeconds(node, by_node[node]) for node in sorted(by_node)))
+            spans.append(span)
+    return GpuTime(total, tuple(NodeGpuSeconds(node, by_node[node]) for node in sorted(by_node)), tuple(spans))
