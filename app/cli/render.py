@@ -12,7 +12,9 @@ import textwrap
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 
-from app.core.identity.attempt import attempt_name as _attempt_name, retried_try
+from app.core.identity.attempt import attempt_name as _attempt_name
+from app.core.kinds.base import WorkloadKind
+from app.core.kinds.registry import kind_named
 from app.core.fleet.states import fault_label
 from app.core.fleet.costs import CostRow
 from app.core.fleet.goodput_rows import ClusterGoodput, GoodputRow
@@ -118,14 +120,12 @@ VERDICT_MINIMUM = (40, 20, 6, 5, 28, 20, 0)
 
 def restart_cell(v: ClassifiedFailure) -> str:
     """The RESTARTED cell: how the attempt went on after an interim verdict (`terminal:
-    false`); empty for a final one."""
+    false`), in its kind's words; empty for a final one."""
     if v.terminal:
         return ""
-    if retried_try(v) is not None:
-        return "on a new RayCluster"  # R16.4: a new try, not a generation of the old one
-    if v.tracked.kind == "LeaderWorkerSet":
-        return f"as a new group (generation {v.generation})"  # R16.3: new pods, not restarted ones
-    return f"in place (generation {v.generation})"  # R8, R16.1, R16.2
+    kind = kind_named(v.tracked.kind)
+    restarted = kind.restarted if kind is not None else WorkloadKind.restarted  # a pod task's (R8.2)
+    return restarted.format(generation=v.generation)
 
 
 def interim_note(v: ClassifiedFailure) -> str:

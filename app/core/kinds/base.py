@@ -106,6 +106,8 @@ class WorkloadKind:
     keys_outlive_objects: bool = False
     # R16.3: its generations are told by its pods (no counter keeps them: `pod_generations`).
     generations_by_pods: bool = False
+    # R8, R16: how it went on after an interim verdict, as `classify`'s RESTARTED cell says it.
+    restarted: str = "in place (generation {generation})"
     # R4.2, R13.4: the pod labels its selection reads (kept in a pod's facts).
     pod_labels: tuple[str, ...] = ()
     # The labels its operator sets on the pods it creates: such a pod is a child pod, never

@@ -85,6 +85,7 @@ class LeaderWorkerSet(WorkloadKind):
     joins_any_pod = True  # a leader may ask for no GPU; it still starts its group's generation
     keys_outlive_objects = True
     generations_by_pods = True
+    restarted = "as a new group (generation {generation})"  # new pods, not restarted ones
     pod_labels = (SET_NAME, GROUP_INDEX, WORKER_INDEX)
     # No child_pod_labels: its pods' controllers are StatefulSets, never a pod task's (R13.2),
     # and the rule set's default (R10.1) stays as it was.

@@ -57,6 +57,7 @@ class RayJob(WorkloadKind):
     tracked_under_labels = True
     kueue = True
     tries_apart = True  # each try on a RayCluster of its own, under its own key (R16.4)
+    restarted = "on a new RayCluster"  # a new try, not a generation of the old one
     pod_labels = (RAY_CLUSTER,)
     # common/pod.go labelPod: the cluster, the node type, the CRD the cluster came from.
     child_pod_labels = (RAY_CLUSTER, "ray.io/node-type", "ray.io/originated-from-crd")
