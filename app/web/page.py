@@ -321,7 +321,7 @@ function renderVerdicts(rows) {
   $("verdicts").innerHTML = `<table><thead><tr><th>failed at</th><th>attempt</th><th>code</th><th>kind</th><th class="num" title="GPU-hours the failure burned">GPU-h</th><th>GPU fault</th><th>node</th></tr></thead><tbody>` +
     rows.map((v) => `<tr class="click" data-key="${esc(v.key)}" title="${esc(v.message)}">
       <td>${esc(hhmm(v.failed_at))} <span class="muted">${esc(v.failed_at.slice(5, 10))}</span></td>
-      <td class="mono ellip" title="${esc(v.key)}">${esc(v.attempt || v.key)}${v.terminal ? "" : ` <span class="muted" title="generation ${v.generation} restarted in place">restarted</span>`}${v.revision ? ` <span class="muted">r${v.revision}</span>` : ""}</td>
+      <td class="mono ellip" title="${esc(v.key)}">${esc(v.attempt || v.key)}${v.terminal ? "" : ` <span class="muted" title="generation ${v.generation}: not the attempt's end, it went on">restarted</span>`}${v.revision ? ` <span class="muted">r${v.revision}</span>` : ""}</td>
       <td><b>${esc(v.code)}</b></td><td><span class="kind ${esc(v.kind)}">${esc(v.kind)}</span></td>
       <td class="num">${esc(gpuh(v.gpu_seconds))}</td>
       <td>${v.fault ? `<span class="chip ${esc(v.fault.split(" ").pop())}">${esc(v.fault.split(" ").slice(0, 2).join(" "))}</span>` : '<span class="muted">—</span>'}</td>
