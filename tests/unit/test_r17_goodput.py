@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from app.core.base.emit import Emit
 from app.core.base.rules import DEFAULT_RULES, Rules
-from app.core.verdicts.goodput import Run, hourly
+from app.core.verdicts.goodput import HourFigures, Run, _spread, hourly
 from app.core.verdicts.goodput import seconds as goodput_seconds
 from app.model.facts import WorkloadQuota
 from app.model.fleet_records import GOODPUT, Goodput
@@ -344,7 +344,7 @@ def test_r17_4_each_hour_holds_the_whole_seconds_that_fell_in_it(start: datetime
     """A run's seconds by UTC hour, counted from its start to the end of each hour it
     touched: they add up to its whole seconds, and each hour holds what fell in it."""
     end = start + length
-    hours = hourly([Run(gpus, start, end)], None, [], None)
+    hours = hourly([Run(gpus, start, end)], None, [], None, KEPT_MAX)
     assert sum(h.running for h in hours) == gpus * goodput_seconds(start, end)
     done = 0
     for h in hours:
@@ -352,6 +352,42 @@ def test_r17_4_each_hour_holds_the_whole_seconds_that_fell_in_it(start: datetime
         upto = goodput_seconds(start, min(end, h.hour + timedelta(hours=1)))
         assert h.running == gpus * (upto - done) and h.idle == 0 and h.useful == h.running
         done = upto
+
+
+KEPT_MAX = 24 * 90  # the most `history_hours` allows
+
+
+def _kept_by_hand(hours: tuple[HourFigures, ...], kept: int) -> tuple[HourFigures, ...]:
+    """The latest `kept` hours of every hour counted."""
+    if not hours:
+        return hours
+    oldest = hours[-1].hour - timedelta(hours=kept - 1)
+    return tuple(h for h in hours if h.hour >= oldest)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    start=_INSTANTS,
+    lengths=st.lists(st.timedeltas(min_value=timedelta(0), max_value=timedelta(hours=30)), min_size=1, max_size=4),
+    kept=st.integers(1, 6),
+)
+def test_r11_5_the_hours_kept_are_those_of_every_hour_counted(start: datetime, lengths: list[timedelta], kept: int) -> None:
+    """R17.4 keeps an attempt's latest `history_hours`; a span longer than that is counted
+    from just before them (R11.5): the hours kept are exactly those counting it whole gives."""
+    runs = [Run(i + 1, start + timedelta(minutes=17 * i, microseconds=331 * i), start + length) for i, length in enumerate(lengths)]
+    assert hourly(runs, None, [], None, kept) == _kept_by_hand(hourly(runs, None, [], None, KEPT_MAX), kept)
+
+
+def test_r11_5_a_start_forged_centuries_back_costs_no_more_than_the_hours_kept() -> None:
+    """A Workload's or pod's time is the tenant's to write: a hold or run that says it began
+    in year 1 is counted over the hours the fleet keeps, not hour by hour since then."""
+    end = datetime(2026, 9, 1, 12, 30, tzinfo=timezone.utc)
+    counted: dict[int, list[int]] = {}
+    _spread(counted, datetime(1, 1, 1, tzinfo=timezone.utc), end, 8, 1, 48)
+    assert len(counted) <= 48 + 3
+    hours = hourly([Run(8, datetime(1, 1, 1, tzinfo=timezone.utc), end)], None, [], None, 48)
+    assert len(hours) == 48 and hours[-1].hour == datetime(2026, 9, 1, 12, tzinfo=timezone.utc)
+    assert hours[-1].running == 8 * 30 * 60 and all(h.running == 8 * 3600 for h in hours[:-1])
 
 
 def test_r17_2_a_pod_force_deleted_off_an_unreachable_node_ran_until_its_deletion_timestamp() -> None:
@@ -382,3 +418,34 @@ def test_r17_2_a_pod_force_deleted_off_an_unreachable_node_ran_until_its_deletio
         assert hour.running_gpu_seconds == GPUS_PER_POD * seconds(started, deleting) + others
     assert figures[0] == figures[1]
 
+
+
+def _forged(world: PodsWorld, at: str) -> PodsWorld:
+    """The world with every Workload's QuotaReserved time written as `at`."""
+    for record in world.records:
+        if record["topic"] == "k8s.workloads" and record["value"]["type"] != "BOOKMARK":
+            for condition in record["value"]["object"].get("status", {}).get("conditions", []):
+                if condition["type"] == "QuotaReserved":
+                    condition["lastTransitionTime"] = at
+    return world
+
+
+def test_r11_3_a_workload_time_at_the_calendars_end_refuses_its_record() -> None:
+    """R9 and R17 compute with a Workload's condition times: one at 0001-01-01 is too close
+    to the calendar's end for that arithmetic, so its record is dead-lettered, named."""
+    out = run(_forged(pods_never_start(), "0001-01-01T00:00:00Z"))
+    letters = [e.value for e in out if e.topic == "faultline.dead-letter"]
+    assert letters and all("Workload condition 'QuotaReserved' lastTransitionTime 0001-01-01" in x.reason for x in letters)
+    assert {x.topic for x in letters} == {"k8s.workloads"}
+    assert total(out, "reserved_gpu_seconds") == 0
+
+
+def test_r11_5_a_quota_forged_to_have_begun_in_1900_counts_only_the_hours_the_fleet_keeps() -> None:
+    """A hold that says it began in 1900 (in range, but a century of hours) is told over the
+    fleet's `history_hours`, as the honest one's hours are, with nothing older."""
+    world = PodsWorld().create_jobset().create_workload().admit().unsuspend().pods_created().pause(60).pods_running().workers_ready()
+    world.idle_for(3000).pods_succeeded().complete().finish().pods_deleted().progress()
+    out = run(_forged(world, "1900-01-01T00:00:00Z"))
+    hours = goodput(out)
+    assert 0 < len(hours) <= DEFAULT_RULES.fleet.history_hours
+    assert all(h.reserved_gpu_seconds <= GPUS * 3600 for h in hours.values())

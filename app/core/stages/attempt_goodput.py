@@ -204,10 +204,7 @@ def _hours(
     fleet = rules.fleet
     if ident is None or fleet is None:
         return usage, []
-    hours = hourly(runs, usage.quota, failures.losses, failures.ended)
-    if hours:  # the latest `history_hours` of it: the fleet keeps no older hour (R11.5)
-        oldest = hours[-1].hour.timestamp() - (fleet.history_hours - 1) * 3600
-        hours = tuple(h for h in hours if h.hour.timestamp() >= oldest)
+    hours = hourly(runs, usage.quota, failures.losses, failures.ended, fleet.history_hours)
     where = (ident.namespace, usage.quota.queue if usage.quota is not None else "")
     if hours == usage.hours and (where == usage.where or not hours):
         return usage, []

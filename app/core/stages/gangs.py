@@ -32,7 +32,7 @@ from datetime import datetime
 import msgspec
 
 from app.core.base.bounds import Trim
-from app.core.base.clock import after
+from app.core.base.clock import after, require_in_range
 from app.core.base.emit import Emit
 from app.core.base.progress import ANY_PROGRESS, Watermarks
 from app.core.base.rules import Rules
@@ -81,11 +81,22 @@ def gang_input_of(
     if key is None:
         return None
     jobset, workload = (obj, None) if isinstance(obj, Job) else (None, obj)
+    if workload is not None:
+        require_in_range(_workload_times(workload), rules)
     gpus = 0
     if workload is not None and workload.spec.pod_sets:  # read for routing and R17.1 only: not carried on
         gpus = workload_gpus(workload, rules)
         workload = msgspec.structs.replace(workload, spec=WorkloadSpec(active=workload.spec.active))
     return Emit(GANG_INPUTS, key, GangInput(change, observed_at, cluster, jobset=jobset, workload=workload, gpus=gpus, join=join))
+
+
+def _workload_times(workload: Workload) -> list[tuple[str, datetime | None]]:
+    """R11.3: the Workload's times R9's waits and R17's holds compute with (and publish)."""
+    state = workload.status.requeue_state
+    times = [(f"Workload condition {c.type[:64]!r} lastTransitionTime", c.last_transition_time) for c in workload.status.conditions]
+    times.append(("Workload metadata.deletionTimestamp", workload.metadata.deletion_timestamp))
+    times.append(("Workload requeueState.requeueAt", state.requeue_at if state is not None else None))
+    return times
 
 
 def route_workload_record(

@@ -112,13 +112,21 @@ def _micros(at: datetime) -> int:
     return (since.days * 86_400 + since.seconds) * _US + since.microseconds
 
 
-def _spread(hours: dict[int, list[int]], start: datetime, end: datetime, weight: int, field: int) -> None:
+def _spread(hours: dict[int, list[int]], start: datetime, end: datetime, weight: int, field: int, kept: int) -> None:
     """Add `weight` × the whole seconds of [start, end) to `hours` (hour start in µs ->
     figures) by UTC hour: each hour's are those up to its end less those before it, counted
-    from `start`, so they add up to `seconds(start, end)`. Integers: it runs for every run."""
+    from `start`, so they add up to `seconds(start, end)`. Integers: it runs for every run.
+
+    Only the last `kept` hours of a span can be kept (`hourly` keeps the latest `kept` hours
+    of the attempt, and a span longer than that fills every hour before its end): its start
+    moves forward by whole seconds to `kept` + 2 hours before its end, which leaves every
+    later hour as it was. A start a tenant forged centuries back costs no more (R11.5)."""
     a, b = _micros(start), _micros(end)
     if b <= a:
         return
+    limit = b - (kept + 2) * _HOUR_US
+    if a < limit:
+        a += (limit - a) // _US * _US
     hour = a - a % _HOUR_US
     done = 0
     while hour < b:
@@ -148,26 +156,29 @@ def attempt_figures(runs: list[Run], quota: QuotaFacts | None, lost: int, failed
     return GoodputFigures(reserved, running, max(running - lost, 0), lost, max(reserved - running, 0), wait)
 
 
-def hourly(runs: list[Run], quota: QuotaFacts | None, losses: Iterable[tuple[ErrorKind, tuple[GpuSpan, ...]]], ended: datetime | None) -> tuple[HourFigures, ...]:
+def hourly(
+    runs: list[Run], quota: QuotaFacts | None, losses: Iterable[tuple[ErrorKind, tuple[GpuSpan, ...]]], ended: datetime | None, kept: int
+) -> tuple[HourFigures, ...]:
     """R17.4: the attempt's figures by UTC hour, counting what has passed: each run that
     ended (`ended`: the attempt failed then, so what still ran stopped counting), each hold
     released, each wait ended in a readmission; the failures' GPU-seconds (`losses`: each
-    failure's kind and its pods' spans) in the hours their pods ran."""
+    failure's kind and its pods' spans) in the hours their pods ran. The latest `kept`
+    hours of it: the fleet keeps no older hour (R11.5, `history_hours`)."""
     hours: dict[int, list[int]] = {}  # hour start (µs) -> reserved, running, lost user, lost system, wait seconds
     for run in runs:
         end = run.end if run.end is not None else ended
         if end is not None:
-            _spread(hours, run.start, end, run.gpus, 1)
+            _spread(hours, run.start, end, run.gpus, 1, kept)
     waits_ended: dict[int, int] = {}
     if quota is not None:
         for workload in quota.workloads:
             if workload.gpus:
                 for hold in workload.holds:
                     if hold.end is not None:
-                        _spread(hours, hold.start, hold.end, workload.gpus, 0)
+                        _spread(hours, hold.start, hold.end, workload.gpus, 0, kept)
             for wait in workload.waits:
                 if wait.end is not None:
-                    _spread(hours, wait.start, wait.end, 1, 4)
+                    _spread(hours, wait.start, wait.end, 1, 4, kept)
                     at = _micros(wait.end)
                     hour = at - at % _HOUR_US
                     waits_ended[hour] = waits_ended.get(hour, 0) + 1
@@ -175,9 +186,12 @@ def hourly(runs: list[Run], quota: QuotaFacts | None, losses: Iterable[tuple[Err
     for kind, spans in losses:
         field = 3 if kind == "SYSTEM" else 2
         for span in spans:
-            _spread(hours, span.start, span.end, span.gpus, field)
+            _spread(hours, span.start, span.end, span.gpus, field, kept)
     out = []
+    latest = max(hours, default=0)
     for hour in sorted(hours):
+        if hour <= latest - kept * _HOUR_US:
+            continue
         reserved, running, lost_user, lost_system, wait_seconds = hours[hour]
         useful = max(running - lost_user - lost_system, 0)
         out.append(HourFigures(_hour_at(hour), reserved, running, useful, lost_user, lost_system, max(reserved - running, 0), wait_seconds, waits_ended.get(hour, 0)))
