@@ -280,9 +280,18 @@ class Progress(msgspec.Struct, frozen=True, gc=False, tag="Progress", tag_field=
     acknowledged) every change of `topic` it received before `observed_at`, and the
     forwarding stage has written everything it read of `topic`[`partition`] before that.
     `partitions` is the source topic's partition count. Under a stage's own name
-    (`<stage>:<topic>`, `Stage.progress_as_own`) it is that stage's watermark of `topic` in
-    its input `partition` of `partitions`. `final`: the end of the input
-    (a trace): nothing more will come on any partition, the watermark is infinite."""
+    (`<stage>:<topic>`, `Stage.progress_as_own`) it is that stage's watermark of the source
+    `topic` in its input `partition` of `partitions`, the least over every path the topic's
+    progress reaches the stage by (the attempt stage hears of the jobs from the jobs stage
+    and, as `gangs:k8s.jobs`, from the gang stage): a stage that reads an internal topic
+    hears of every source partition in each of its partitions, so it vouches only for what
+    its own partition has written, and its reader takes the least over them. It forwards
+    its own to each internal topic read by a stage its records also reach by another path:
+    the gang stage to attempt-facts and fleet-inputs, the attempt stage to fleet-inputs;
+    the pods and jobs stages read the source partitions one to one and forward progress as
+    it came. `final`: the end of the input (a trace): nothing more will come on any
+    partition, the watermark is infinite; under a stage's own name with `partitions` over
+    1, on that partition only (the watermark is infinite once every one has ended)."""
 
     cluster: str
     topic: str

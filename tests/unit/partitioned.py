@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import msgspec
+import orjson
 
 from app.core.base.emit import Emit
 from app.core.base.progress import end_of_input
@@ -68,6 +69,17 @@ class Partitioned:
         for p in range(self.partitions) if progress else [partition_of(key, self.partitions)]:
             self._read(topic, key, p, lambda scope, store, source: self.runners[STAGE_OF[topic].name].receive(scope, store, source, value))
         self.pump()
+
+    def play(self, lines: list[dict[str, Any]], held: set[tuple[str, int]], hold_from: int, hold_until: int | None = None) -> list[Emit]:
+        """Trace lines in, `held` read late from line `hold_from` until line `hold_until`
+        (None: the end of the input); every output."""
+        for i, line in enumerate(lines):
+            if i == hold_from:
+                self.held = set(held)
+            if i == hold_until:
+                self.held = set()
+            self.feed(line["topic"], line["key"], orjson.dumps(line["value"]))
+        return self.finish()
 
     def finish(self) -> list[Emit]:
         """Everything held is read, then the end of the input (R12.3)."""

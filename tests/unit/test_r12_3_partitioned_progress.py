@@ -39,14 +39,7 @@ def _evicted(line: dict[str, Any]) -> bool:
 
 
 def _partitioned(lines: list[dict[str, Any]], held: set[tuple[str, int]], hold_from: int, hold_until: int | None = None) -> list[Any]:
-    driver = Partitioned(partitions=PARTITIONS)
-    for i, line in enumerate(lines):
-        if i == hold_from:
-            driver.held = set(held)
-        if i == hold_until:
-            driver.held = set()
-        driver.feed(line["topic"], line["key"], orjson.dumps(line["value"]))
-    return driver.finish()
+    return Partitioned(partitions=PARTITIONS).play(lines, held, hold_from, hold_until)
 
 
 def test_r12_3_a_gang_partition_behind_the_others_holds_back_the_attempt_stage_watermark() -> None:

@@ -3,6 +3,7 @@ their forwarding between stages, decisions they settle, and stream time."""
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import timedelta
 
 import orjson
@@ -10,8 +11,12 @@ import pytest
 
 from app.core.fleet.view import LiveFleet, Watermark
 from app.core.base.progress import NO_PROGRESS, end_of_input
+from app.core.base.rules import DEFAULT_RULES
+from app.core.engine.runner import Runner, Source
+from app.core.engine.topology import FLEET_STAGE, HEARD
+from app.model.decode import encode_internal
 from app.model.envelope import EVENTS, JOBS, PODS, SOURCE_TOPICS, WORKLOADS
-from app.model.facts import END_OF_TIME, Progress
+from app.model.facts import END_OF_TIME, FLEET_INPUTS, Progress
 from app.model.records import DEAD_LETTER, GANG_TRANSITIONS
 from app.web.metrics import render_metrics
 from tests.unit import builders as b
@@ -75,6 +80,41 @@ def test_r12_3_progress_is_forwarded_through_the_internal_topics_tagged_with_its
     assert pipeline.marks["gangs"].of(b.CLUSTER, JOBS) == b.T0  # the slower partition
     assert pipeline.marks["attempts"].latest[f"{b.CLUSTER}/gangs:{JOBS}"] == {0: b.T0}  # the gang stage's one partition
     assert pipeline.marks["attempts"].of(b.CLUSTER, JOBS) == pipeline.marks["attempts"].of(b.CLUSTER, f"gangs:{JOBS}") == b.T0
+    # The fleet stage hears of the jobs from the gang and attempt stages, each its own
+    # watermark (the attempt stage's the least over both its paths), never the source
+    # partitions' progress as it came: one of their partitions could run ahead of another.
+    assert pipeline.marks["fleet"].latest == {f"{b.CLUSTER}/attempts:{JOBS}": {0: b.T0}, f"{b.CLUSTER}/gangs:{JOBS}": {0: b.T0}}
+    assert pipeline.marks["fleet"].stream_time(b.CLUSTER) == b.T0
+
+
+def test_r12_3_a_stage_partition_s_end_of_input_ends_the_watermark_once_every_partition_has_ended() -> None:
+    marks = NO_PROGRESS
+    for partition in (0, 1):
+        marks = marks.observe(Progress(b.CLUSTER, f"attempts:{PODS}", partition, 2, b.T0)) or marks
+    ended = marks.observe(Progress(b.CLUSTER, f"attempts:{PODS}", 0, 2, END_OF_TIME, final=True))
+    assert ended is not None and ended.of(b.CLUSTER, f"attempts:{PODS}") == b.T0  # partition 1 may still write
+    assert ended.stream_time(b.CLUSTER) == b.T0
+    ended = ended.observe(Progress(b.CLUSTER, f"attempts:{PODS}", 1, 2, END_OF_TIME, final=True))
+    assert ended is not None and ended.of(b.CLUSTER, f"attempts:{PODS}") == END_OF_TIME
+    assert ended.stream_time(b.CLUSTER) is None  # the end of the input is no stream time
+
+
+def test_r12_3_progress_under_a_name_a_stage_no_longer_hears_under_holds_back_no_stream_time() -> None:
+    # An older version forwarded the jobs' progress to the fleet stage as it came: saved
+    # with a fleet partition's states, or sent by a worker not yet upgraded, it would never
+    # move again, and the fleet's stream time with it.
+    pipeline = new_pipeline()
+    _feed(pipeline, b.progress(JOBS, b.T0))
+    fleet = pipeline.scopes["fleet"]
+    assert fleet.marks.stream_time(b.CLUSTER) == b.T0
+    stale = Progress(b.CLUSTER, JOBS, 0, 1, b.T0 - b.minutes(5))
+    runner = Runner(FLEET_STAGE, DEFAULT_RULES, Counter())
+    assert runner.receive(fleet, None, Source(FLEET_INPUTS, FLEET_INPUTS, JOBS), encode_internal(stale)).out == []
+    assert fleet.marks.latest.keys() == {f"{b.CLUSTER}/attempts:{JOBS}", f"{b.CLUSTER}/gangs:{JOBS}"}
+    saved = fleet.marks.observe(stale)
+    assert saved is not None and saved.stream_time(b.CLUSTER) == b.T0 - b.minutes(5)
+    assert saved.keeping(HEARD["fleet"]) == fleet.marks
+    assert fleet.marks.keeping(HEARD["fleet"]) is fleet.marks
 
 
 def test_r12_3_the_end_of_a_trace_takes_every_pending_decision() -> None:

@@ -3,14 +3,16 @@
 A stage learns from progress that nothing older is still coming: the bridge writes a
 BOOKMARK to every partition of a source topic, a stage that re-keys forwards it to every
 partition of its internal topics (as a `Progress`, tagged with the source partition it
-came from), and each stage keeps, per (cluster, topic), the latest progress time seen
-from each source partition. The watermark is the least of them, known once every
-partition has shown one (R12.3). One implementation for every driver: the embedded
-runner keeps one `Watermarks` per stage, a Faust worker one per stage partition.
+came from, or as its own watermark tagged with its own partition: `topology.forwarded`),
+and each stage keeps, per (cluster, topic), the latest progress time seen from each
+partition. The watermark is the least of them, known once every partition has shown one
+(R12.3). One implementation for every driver: the embedded runner keeps one `Watermarks`
+per stage, a Faust worker one per stage partition.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime, timezone
 
 import msgspec
@@ -34,6 +36,8 @@ class Watermarks(msgspec.Struct, frozen=True, dict=True):
         if progress.final:
             if key in self.ended:
                 return None
+            if progress.partitions > 1:  # one partition of a stage's own (`topology.own_progress`)
+                return self._partition_ended(key, progress)
             return msgspec.structs.replace(self, ended=self.ended | {key}, marks={**self.marks, key: END_OF_TIME})
         seen = self.latest.get(key, {})
         known = seen.get(progress.partition)
@@ -48,6 +52,14 @@ class Watermarks(msgspec.Struct, frozen=True, dict=True):
         marks = {k: v for k, v in self.marks.items() if k != key}
         return msgspec.structs.replace(observed, marks={**marks, key: mark} if mark is not None else marks)
 
+    def _partition_ended(self, key: str, progress: Progress) -> Watermarks | None:
+        """The end of the input in one of `progress.partitions`: the others may still have
+        records to write, so the watermark is the least of theirs until every one has ended."""
+        seen = self.latest.get(key, {})
+        if all(seen.get(p) == END_OF_TIME for p in range(progress.partitions) if p != progress.partition):
+            return msgspec.structs.replace(self, ended=self.ended | {key}, marks={**self.marks, key: END_OF_TIME})
+        return self.observe(msgspec.structs.replace(progress, observed_at=END_OF_TIME, final=False))
+
     def expect(self, cluster: str, topic: str) -> Watermarks:
         """These watermarks waiting for (cluster, topic) too: no watermark, so no stream
         time, until it has shown progress (a second path of the same source's progress,
@@ -56,6 +68,21 @@ class Watermarks(msgspec.Struct, frozen=True, dict=True):
         if key in self.latest or key in self.ended:
             return self
         return msgspec.structs.replace(self, latest={**self.latest, key: {}})
+
+    def keeping(self, topics: Collection[str]) -> Watermarks:
+        """These watermarks of `topics` only: the names a stage hears progress under
+        (`topology.HEARD`). Progress saved or sent under a name it no longer hears under (an
+        older version's) would never move again and hold its stream time back for good."""
+        kept = [k for k in (*self.latest, *self.ended) if k.partition("/")[2] in topics]
+        if len(kept) == len(self.latest) + len(self.ended):
+            return self
+        keys = set(kept)
+        return Watermarks(
+            latest={k: v for k, v in self.latest.items() if k in keys},
+            partitions={k: v for k, v in self.partitions.items() if k in keys},
+            ended=frozenset(self.ended & keys),
+            marks={k: v for k, v in self.marks.items() if k in keys},
+        )
 
     def of(self, cluster: str, topic: str) -> datetime | None:
         """The watermark of (cluster, topic): every record of it observed before this

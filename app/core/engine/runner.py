@@ -37,7 +37,7 @@ from app.core.base.dead_letters import dead_letter
 from app.core.base.emit import Emit
 from app.core.base.progress import NO_PROGRESS, Watermarks, progress_of, settles
 from app.core.base.rules import Rules
-from app.core.engine.topology import EXPECTED, INPUT_OF, Applied, Failed, Stage, StageRecord, apply, decode_record, forwarded, settle
+from app.core.engine.topology import EXPECTED, HEARD, INPUT_OF, Applied, Failed, Stage, StageRecord, apply, decode_record, forwarded, settle
 from app.model.decode import BadRecord, encode_internal
 from app.model.envelope import BOOKMARK
 from app.model.facts import INTERNAL_TOPICS, Progress
@@ -246,6 +246,7 @@ class Runner:
         self._skew = rules.max_clock_skew  # R11.4: only a record past it needs `clock_fault`
         self._inputs = {t: (INPUT_OF[t].key, INPUT_OF[t].fold) for t in stage.topics}  # as the topology says now
         self._expected = EXPECTED.get(stage.name, {})
+        self._heard = HEARD[stage.name]
 
     # --- records ---------------------------------------------------------------------------
 
@@ -340,6 +341,8 @@ class Runner:
             progress = progress_of(source.topic, partition, partitions, record)
             # One partition read: its progress is the scope's; every partition: wait for all.
             own = progress if scope.whole else progress_of(source.topic, 0, 1, record)
+        if own.topic not in self._heard:  # a name the topology sends here no more (an older worker's)
+            return _NOTHING
         marks = scope.marks.observe(own)
         if marks is None:
             return _NOTHING  # nothing new (a repeat, or progress from behind)

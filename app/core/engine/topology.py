@@ -46,6 +46,7 @@ from app.model.decode import BadRecord, TypedEnvelope, decode_internal, decode_s
 from app.model.envelope import BOOKMARK, EVENTS, JOBS, PODS, WORKLOADS
 from app.model.facts import (
     ATTEMPT_FACTS,
+    END_OF_TIME,
     FLEET_INPUTS,
     GANG_INPUTS,
     INTERNAL_TOPICS,
@@ -85,9 +86,10 @@ class Stage(msgspec.Struct, frozen=True):
     waits_until: Callable[[Any, Rules], datetime | None] | None = None
     settle: Settle | None = None
     # Internal topics it forwards its own watermark to, under its own name (`<stage>:<topic>`,
-    # `forwarded`): a stage that feeds one its records reach by two paths, so that the
-    # reader's watermark waits for both (R12.3: the gangs stage's quota facts and the jobs
-    # stage's job facts both go to the attempt stage).
+    # `forwarded`), not the progress as it came: every stage that reads an internal topic
+    # (each of its partitions hears of every source partition) and writes a stage whose
+    # records reach it by another path too, so that the reader's watermark is the least
+    # over this stage's partitions and waits for every path (R12.3).
     progress_as_own: tuple[str, ...] = ()
 
     @property
@@ -120,6 +122,7 @@ ATTEMPTS_STAGE = Stage(
     expires_at=attempt_expires_at,
     waits_until=attempt_waits_until,  # R17: the fleet told and idle quota decided, on progress
     settle=settle_attempt,
+    progress_as_own=(FLEET_INPUTS,),  # the fleet hears of the pods and jobs by their own stages too
 )
 GANGS_STAGE = Stage(
     name="gangs",
@@ -129,7 +132,8 @@ GANGS_STAGE = Stage(
     expires_at=gang_expires_at,
     waits_until=gang_waits_until,
     settle=settle_gang,
-    progress_as_own=(ATTEMPT_FACTS,),
+    # The attempt stage hears of the jobs from the jobs stage too; the fleet from the attempt stage.
+    progress_as_own=(ATTEMPT_FACTS, FLEET_INPUTS),
 )
 FLEET_STAGE = Stage(
     name="fleet",
@@ -147,27 +151,37 @@ STAGE_OF: dict[str, Stage] = {i.topic: stage for stage in STAGES for i in stage.
 INPUT_OF: dict[str, Input] = {i.topic: i for stage in STAGES for i in stage.inputs}
 
 
-def _sources(stage: Stage) -> tuple[str, ...]:
-    """The source topics whose progress reaches `stage` (through the stages before it)."""
-    out: list[str] = []
+def _names(stage: Stage) -> dict[str, str]:
+    """The names the progress of each source topic reaches `stage` under -> that source
+    topic: as it came from a stage that forwards it so, `<writer>:<topic>` from one that
+    forwards its own watermark (`Stage.progress_as_own`)."""
+    out: dict[str, str] = {}
     for topic in stage.topics:
         writers = [s for s in STAGES if topic in s.outputs]
-        for found in [topic] if not writers else [t for w in writers for t in _sources(w)]:
-            if found not in out:
-                out.append(found)
-    return tuple(out)
+        if not writers:
+            out[topic] = topic
+        for w in writers:
+            upstream = _names(w)
+            out.update({f"{w.name}:{source}": source for source in upstream.values()} if topic in w.progress_as_own else upstream)
+    return out
 
 
-# R12.3: stage -> source topic -> the names its progress also comes under, by another path
-# (`Stage.progress_as_own`): once a stage hears of a source topic, its watermark waits for
-# each of them too, so that its stream time never runs ahead of a path not yet heard from.
+# R12.3: stage -> source topic -> every name its progress reaches the stage under, one per
+# path (`_names`). A stage's watermark of a source topic is the least over them
+# (`own_progress`), and once it hears of one it waits for the others too (`EXPECTED`), so
+# that its stream time never runs ahead of a path not yet heard from.
+_SOURCE_OF: dict[str, dict[str, str]] = {stage.name: _names(stage) for stage in STAGES}
+PATHS: dict[str, dict[str, tuple[str, ...]]] = {
+    stage: {source: tuple(n for n, s in names.items() if s == source) for source in dict.fromkeys(names.values())}
+    for stage, names in _SOURCE_OF.items()
+}
+# stage -> every name progress reaches it under: the runner ignores progress under any other,
+# and a Faust worker drops it from the progress it takes up (`Watermarks.keeping`).
+HEARD: dict[str, frozenset[str]] = {stage: frozenset(names) for stage, names in _SOURCE_OF.items()}
+# stage -> a name progress reaches it under -> the other names of the same source topic.
 EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
-    reader.name: {
-        source: tuple(f"{w.name}:{source}" for w in STAGES if set(w.progress_as_own) & set(reader.topics) and source in _sources(w))
-        for source in _sources(reader)
-        if any(source in _sources(w) for w in STAGES if set(w.progress_as_own) & set(reader.topics))
-    }
-    for reader in STAGES
+    stage: {name: tuple(n for n in names if n != name) for names in paths.values() if len(names) > 1 for name in names}
+    for stage, paths in PATHS.items()
 }
 OUTPUT_TOPICS: tuple[str, ...] = (FAULTS, CLASSIFIED_FAILURES, GANG_TRANSITIONS, STUCK_READMISSIONS, IDLE_QUOTA, DEAD_LETTER, *DERIVED_TOPICS)
 
@@ -289,13 +303,19 @@ def forwarded(stage: Stage, progress: Progress, marks: Watermarks, partition: in
 
 
 def own_progress(stage: Stage, progress: Progress, marks: Watermarks, partition: int, partitions: int) -> Progress | None:
-    """The stage's own watermark of `progress`'s (cluster, topic), as its input `partition`
-    of `partitions` forwards it (`<stage>:<topic>`); None while it has none."""
-    name = f"{stage.name}:{progress.topic}"
-    if progress.final:
-        return msgspec.structs.replace(progress, topic=name)
-    mark = marks.of(progress.cluster, progress.topic)
-    return None if mark is None else Progress(progress.cluster, name, partition, partitions, mark)
+    """The stage's own watermark of the source topic `progress` is of, as its input
+    `partition` of `partitions` forwards it (`<stage>:<source topic>`): the least over
+    every path that topic's progress reaches the stage by (`PATHS`: the attempt stage
+    hears of a Workload from the jobs stage and, as `gangs:k8s.workloads`, from the gang
+    stage), so what it vouches for downstream it has heard of by all of them. None while
+    a path has shown none; the end of the input once every path has ended."""
+    source = _SOURCE_OF[stage.name].get(progress.topic, progress.topic)
+    paths = [marks.of(progress.cluster, name) for name in PATHS[stage.name].get(source, (progress.topic,))]
+    if any(at is None for at in paths):
+        return None
+    mark = min(at for at in paths if at is not None)
+    name = f"{stage.name}:{source}"
+    return Progress(progress.cluster, name, partition, partitions, mark, final=mark == END_OF_TIME)
 
 
 def to_every_partition(emit: Emit) -> bool:
