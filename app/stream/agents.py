@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -110,15 +111,8 @@ class Stages:
         return scope.stream_time(cluster) if scope is not None else None
 
     def watermark_rows(self) -> list[tuple[str, str, datetime]]:
-        """(cluster, source topic, watermark) for /metrics and the page (R12.6): the least,
-        over this worker's stages and partitions, of what each knows."""
-        least: dict[tuple[str, str], datetime] = {}
-        for by_partition in self.scopes.values():
-            for scope in list(by_partition.values()):
-                for cluster, topic, at in scope.marks.known():
-                    known = least.get((cluster, topic))
-                    least[(cluster, topic)] = at if known is None else min(known, at)
-        return sorted((cluster, topic, at) for (cluster, topic), at in least.items())
+        """(cluster, source topic, watermark) for /metrics and the page (R12.6)."""
+        return source_watermarks(scope for by_partition in self.scopes.values() for scope in list(by_partition.values()))
 
     def watermarks(self) -> dict[str, dict[str, dict[str, str | None]]]:
         """Stage -> `<cluster>/<topic>` -> input partition -> watermark (R12.6)."""
@@ -214,3 +208,17 @@ class Stages:
         if self.counts != self._logged:
             log.info("faultline: %s", " ".join(f"{k}={v}" for k, v in sorted(self.counts.items())))
             self._logged = Counter(self.counts)
+
+
+def source_watermarks(scopes: Iterable[Scope]) -> list[tuple[str, str, datetime]]:
+    """(cluster, source topic, watermark): the least, over these scopes, of what each
+    knows. A stage's own watermark forwarded under its name (`<stage>:<source topic>`,
+    R12.3) counts for its source topic: the gauge is per source topic, and its slowest
+    path is its lag."""
+    least: dict[tuple[str, str], datetime] = {}
+    for scope in scopes:
+        for cluster, name, at in scope.marks.known():
+            key = (cluster, name.rpartition(":")[2])
+            known = least.get(key)
+            least[key] = at if known is None else min(known, at)
+    return sorted((cluster, topic, at) for (cluster, topic), at in least.items())

@@ -201,3 +201,18 @@ def test_r12_6_metrics_show_how_far_each_watermark_trails_the_wall_clock() -> No
     assert f'faultline_watermark_lag_seconds{{cluster="{b.CLUSTER}",topic="k8s.pods"}} 42.5' in text
     assert f'faultline_watermark_lag_seconds{{cluster="{b.CLUSTER}",topic="k8s.events"}} 42.5' in text
     assert "k8s.jobs" not in text  # no progress of it yet: no watermark to show
+
+
+def test_r12_6_a_stages_own_forwarded_watermark_counts_for_its_source_topic_in_the_gauge() -> None:
+    """A worker's `/metrics` watermark is per source topic: the fleet stage hears of the
+    pods as `k8s.pods` and, from the attempt stage, as `attempts:k8s.pods` (R12.3); the
+    gauge shows the least of them under `k8s.pods`, never the stage-prefixed name."""
+    from app.core.engine.runner import Scope
+    from app.model.facts import Progress
+    from app.stream.agents import source_watermarks
+
+    pods, fleet = Scope(whole=False), Scope(whole=False)
+    pods.marks = pods.marks.observe(Progress(b.CLUSTER, PODS, 0, 1, b.T0 + b.minutes(5))) or pods.marks
+    fleet.marks = fleet.marks.observe(Progress(b.CLUSTER, PODS, 0, 1, b.T0 + b.minutes(5))) or fleet.marks
+    fleet.marks = fleet.marks.observe(Progress(b.CLUSTER, f"attempts:{PODS}", 0, 1, b.T0 + b.minutes(2))) or fleet.marks
+    assert source_watermarks([pods, fleet]) == [(b.CLUSTER, PODS, b.T0 + b.minutes(2))]
