@@ -212,12 +212,21 @@ def _hours(
     fleet = rules.fleet
     if ident is None or fleet is None:
         return usage, []
+    if not usage.hours and usage.quota is None and failures.ended is None and not failures.losses and _none_ended(runs):
+        return usage, []  # nothing has passed yet, and nothing was told: no hours (most attempts as they begin)
     hours = hourly(runs, usage.quota, failures.losses, failures.ended, fleet.history_hours)
     where = (ident.namespace, usage.quota.queue if usage.quota is not None else "")
     if hours == usage.hours and (where == usage.where or not hours):
         return usage, []
     told = goodput_changes(ident.cluster, observed_at, usage.where, usage.hours, where, hours, rules)
     return msgspec.structs.replace(usage, where=where if hours else usage.where, hours=hours), told
+
+
+def _none_ended(runs: list[Run]) -> bool:
+    for run in runs:  # a loop, not all(): it runs for every attempt as it begins
+        if run.end is not None:
+            return False
+    return True
 
 
 # --- R17.3: idle quota ---------------------------------------------------------------------

@@ -63,11 +63,15 @@ def run_end(pod: PodFacts) -> datetime | None:
     (its attempt's failure then ends it)."""
     containers = pod.containers
     if containers:
-        for c in containers:  # a loop, not all(): this runs for every GPU pod record
+        latest: datetime | None = None
+        for c in containers:  # `latest_finish` in the same pass: this runs for every GPU pod record
             if not c.terminated:
                 break
+            finished = c.finished_at
+            if finished is not None and (latest is None or finished > latest):
+                latest = finished
         else:
-            return latest_finish(pod)
+            return latest
     phase = pod.phase
     if phase == "Succeeded" or phase == "Failed":
         return latest_finish(pod) or pod.deletion_timestamp or pod.failed_observed_at
