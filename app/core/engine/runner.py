@@ -240,7 +240,7 @@ class Runner:
     def __init__(self, stage: Stage, rules: Rules, counts: Counter[str]) -> None:
         self.stage, self.rules, self.counts = stage, rules, counts
         self.keeps_state = stage.state is not None
-        self._waits = stage.waits_until is not None
+        self._waits_until = stage.waits_until
         self._expires_at = stage.expires_at
         self._usable = rules.usable_times  # R11.3
         self._skew = rules.max_clock_skew  # R11.4: only a record past it needs `clock_fault`
@@ -315,12 +315,15 @@ class Runner:
             self.counts.update(result.dropped)
         first = len(out)
         out.extend(map(Out, result.emits, result.emit_bytes))
-        if self.keeps_state and result.state is not None and (result.state_bytes is not None or result.emits):
-            writes.append(Write(key, result.state, result.state_bytes, first, len(out)))
-            if self._waits:
-                self._index(scope, key, result.state)
-            if self._expires_at is not None:
-                self._index_expiry(scope, key, result.state)
+        state = result.state
+        if self.keeps_state and state is not None and (result.state_bytes is not None or result.emits):
+            writes.append(Write(key, state, result.state_bytes, first, len(out)))
+            # `_index` and `_index_expiry`, inlined: this runs for every state written.
+            waits_until, expires_at = self._waits_until, self._expires_at
+            if waits_until is not None and scope.waiting is not None:
+                scope.waiting.set(key, waits_until(state, self.rules))
+            if expires_at is not None and scope.expiring is not None:
+                scope.expiring.set(key, expires_at(state, self.rules))
 
     def _rejected(self, source: Source, reason: str, raw: Raw, time: tuple[str, datetime] | None = None, in_time: bool = True) -> Outcome:
         self.counts["dead_letters"] += 1

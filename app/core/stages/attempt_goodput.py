@@ -91,33 +91,41 @@ def with_quota(usage: AttemptUsage | None, fact: QuotaFacts) -> AttemptUsage:
 # --- when a record can change a figure -----------------------------------------------------
 
 
-def _run(pod: PodFacts | None) -> tuple[Any, ...] | None:
-    if pod is None or pod.gpus <= 0 or pod.started_at is None:
-        return None
-    return pod.gpus, pod.started_at, run_end(pod)
-
-
 def _verdict_changed(before: AttemptState, state: AttemptState) -> bool:
     """A verdict changed (its lost GPU-seconds, what it ended), or the attempt is known now."""
-    return before.counted is not state.counted or before.emitted is not state.emitted or before.identity != state.identity
+    if before.counted is not state.counted or before.emitted is not state.emitted:
+        return True
+    return before.identity is not state.identity and before.identity != state.identity
 
 
 def _matters(before: AttemptState, state: AttemptState, fact: Any) -> bool:
     """Whether `fact` can change a figure: most pod records cannot (a pod's run that only
-    began counts once it ended, and ends idle quota only where a Workload holds some)."""
+    began counts once it ended, and ends idle quota only where a Workload holds some).
+    A pod's run is (its GPUs, its start, its end): each end is worked out only where the
+    others leave the answer open (this runs for every pod record)."""
     if _verdict_changed(before, state):
         return True
-    if isinstance(fact, PodFacts):
-        was, now = _run(before.pods.get(fact.uid)), _run(fact)
-        if was == now:
-            return False
-        if now is not None and now[2] is None and (was is None or was[2] is None):  # it began running
-            # A run with no end counts in no hour until the attempt failed (its terminal verdict
-            # ends it; an earlier failure counted it only if it had a start, which stays): it can
-            # only end a stretch of idle quota.
-            return (state.usage is not None and state.usage.quota is not None) or (state.emitted is not None and state.emitted.terminal)
-        return True
-    return not isinstance(fact, JobFacts)  # the quota's facts; a job's matter through its verdicts and identity (above)
+    if not isinstance(fact, PodFacts):
+        return not isinstance(fact, JobFacts)  # the quota's facts; a job's matter through its verdicts and identity (above)
+    was = before.pods.get(fact.uid)
+    ran = was is not None and was.gpus > 0 and was.started_at is not None
+    if fact.gpus <= 0 or fact.started_at is None:
+        return ran  # no run now: it matters only if there was one
+    end = run_end(fact)
+    if ran and was.gpus == fact.gpus and was.started_at == fact.started_at:
+        was_end = run_end(was)
+        if was_end == end:
+            return False  # the same run
+    elif end is not None:
+        return True  # a run that ended, unlike the one before (or none)
+    else:
+        was_end = run_end(was) if ran else None
+    if end is None and was_end is None:  # it began running (or began anew)
+        # A run with no end counts in no hour until the attempt failed (its terminal verdict
+        # ends it; an earlier failure counted it only if it had a start, which stays): it can
+        # only end a stretch of idle quota.
+        return (state.usage is not None and state.usage.quota is not None) or (state.emitted is not None and state.emitted.terminal)
+    return True
 
 
 # --- the fold's part -----------------------------------------------------------------------
@@ -168,8 +176,8 @@ def settle_attempt(state: AttemptState, _: str, rules: Rules, marks: Watermarks)
     """R12.4: progress came: the attempt's hours told to the fleet if they may have
     changed, its idle quota decided again."""
     usage = state.usage
-    if usage is None:
-        return state, []
+    if usage is None or (not usage.untold and usage.quota is None):
+        return state, []  # nothing to tell, no idle quota to decide
     runs = _runs(state, usage.failures)
     told: list[Emit] = []
     if usage.untold:
@@ -204,12 +212,21 @@ def _hours(
     fleet = rules.fleet
     if ident is None or fleet is None:
         return usage, []
+    if not usage.hours and usage.quota is None and failures.ended is None and not failures.losses and _none_ended(runs):
+        return usage, []  # nothing has passed yet, and nothing was told: no hours (most attempts as they begin)
     hours = hourly(runs, usage.quota, failures.losses, failures.ended, fleet.history_hours)
     where = (ident.namespace, usage.quota.queue if usage.quota is not None else "")
     if hours == usage.hours and (where == usage.where or not hours):
         return usage, []
     told = goodput_changes(ident.cluster, observed_at, usage.where, usage.hours, where, hours, rules)
     return msgspec.structs.replace(usage, where=where if hours else usage.where, hours=hours), told
+
+
+def _none_ended(runs: list[Run]) -> bool:
+    for run in runs:  # a loop, not all(): it runs for every attempt as it begins
+        if run.end is not None:
+            return False
+    return True
 
 
 # --- R17.3: idle quota ---------------------------------------------------------------------
