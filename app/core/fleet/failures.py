@@ -3,10 +3,12 @@ GPU time failures burned per node-hour (issue 30)."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 import msgspec
 
-from app.core.base.clock import iso
 from app.core.base.emit import Emit
+from app.core.stages.fleet_inputs import hour_text
 from app.core.base.progress import Watermarks
 from app.core.base.rules import FleetSettings
 from app.core.fleet.states import FailureCount, FailureStats, GpuTimeStats
@@ -21,6 +23,10 @@ from app.model.fleet_records import (
 # --- verdicts: failure rates ------------------------------------------------------------------
 
 
+def _order(c: FailureCount) -> tuple[str, str, str]:
+    return (c.code, c.kind, c.workload_kind)
+
+
 def on_failure(
     state: FailureStats | None, change: FailureChange, fleet: FleetSettings, marks: Watermarks
 ) -> tuple[FailureStats | None, list[Emit]]:
@@ -28,22 +34,25 @@ def on_failure(
         if change.failures < 0:
             return None, []  # counted out of an hour no longer kept
         state = FailureStats(change.cluster, change.namespace, change.hour)
-    state = msgspec.structs.replace(state, latest=max(state.latest, change.observed_at))
-    counts = {(c.code, c.kind, c.workload_kind): c for c in state.counts}
     which = (change.code, change.kind, change.workload_kind)
-    known = counts.get(which) or FailureCount(*which[:2], 0, 0, change.workload_kind)
-    counts[which] = FailureCount(
+    counts = list(state.counts)  # by (code, kind, workload kind): found by binary search
+    at = bisect_left(counts, which, key=_order)
+    known = counts[at] if at < len(counts) and _order(counts[at]) == which else None
+    count = FailureCount(
         change.code,
         change.kind,
-        known.failures + change.failures,
-        known.gpu_faults + change.gpu_faults,
+        change.failures + (known.failures if known is not None else 0),
+        change.gpu_faults + (known.gpu_faults if known is not None else 0),
         change.workload_kind,
-        known.gpu_seconds + change.gpu_seconds,
-        known.gpu_seconds_unknown + change.gpu_seconds_unknown,
+        change.gpu_seconds + (known.gpu_seconds if known is not None else 0),
+        change.gpu_seconds_unknown + (known.gpu_seconds_unknown if known is not None else 0),
     )
-    state = msgspec.structs.replace(state, counts=tuple(counts[k] for k in sorted(counts)))
-    count = counts[which]
-    key = f"{state.cluster}/{state.namespace}/{iso(state.hour)}/{count.code}/{count.kind}"
+    if known is not None:
+        counts[at] = count
+    else:
+        counts.insert(at, count)
+    state = FailureStats(state.cluster, state.namespace, state.hour, max(state.latest, change.observed_at), tuple(counts))
+    key = f"{state.cluster}/{state.namespace}/{hour_text(state.hour)}/{count.code}/{count.kind}"
     if count.workload_kind:
         key += f"/{count.workload_kind}"  # under labels, the key is as before SPEC R13
     record = FailureRate(
@@ -71,7 +80,7 @@ def on_gpu_time(state: GpuTimeStats | None, change: GpuTimeChange) -> tuple[GpuT
         user_gpu_seconds=state.user_gpu_seconds + (0 if system else change.gpu_seconds),
         system_gpu_seconds=state.system_gpu_seconds + (change.gpu_seconds if system else 0),
     )
-    key = f"{state.cluster}/{state.node}/{iso(state.hour)}"
+    key = f"{state.cluster}/{state.node}/{hour_text(state.hour)}"
     record = NodeGpuTime(
         key, state.cluster, state.node, state.hour, state.failures, state.system_failures, state.user_gpu_seconds, state.system_gpu_seconds
     )

@@ -8,11 +8,11 @@ from datetime import datetime
 
 import msgspec
 
-from app.core.base.clock import iso
 from app.core.base.emit import Emit
 from app.core.base.progress import Watermarks
 from app.core.base.rules import FleetSettings
 from app.core.base.xid import strongest
+from app.core.stages.fleet_inputs import hour_text
 from app.core.fleet.states import (
     EPOCH,
     HITS_KEPT,
@@ -125,13 +125,13 @@ def _rate(state: RateStats) -> Emit:
         occurrences += x.occurrences
     hour, last = state.hour, state.last_fault_at
     if state.gpu:
-        key = f"{state.cluster}/{state.node}/{state.gpu}/{iso(hour)}"
+        key = f"{state.cluster}/{state.node}/{state.gpu}/{hour_text(hour)}"
         return Emit(
             GPU_FAULT_RATES,
             key,
             GpuFaultRate(key, state.cluster, state.node, state.gpu, state.gpu_index, hour, faults, occurrences, sev["USER"], sev["WARN"], sev["CRITICAL"], xids, last),
         )
-    key = f"{state.cluster}/{state.node}/{iso(hour)}"
+    key = f"{state.cluster}/{state.node}/{hour_text(hour)}"
     return Emit(
         NODE_FAULT_RATES, key, NodeFaultRate(key, state.cluster, state.node, hour, faults, occurrences, sev["USER"], sev["WARN"], sev["CRITICAL"], xids, last)
     )

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import msgspec
 
-from app.core.base.clock import iso
 from app.core.base.emit import Emit
+from app.core.stages.fleet_inputs import hour_text
 from app.core.base.progress import Watermarks
 from app.core.base.rules import FleetSettings
 from app.core.fleet.states import GoodputStats, horizon
@@ -51,7 +51,7 @@ def on_goodput(state: GoodputStats | None, change: GoodputChange, fleet: FleetSe
         wait_seconds=state.wait_seconds + change.wait_seconds,
         waits=state.waits + change.waits,
     )
-    key = f"{state.cluster}/{state.namespace}/{state.queue}/{iso(state.hour)}"
+    key = f"{state.cluster}/{state.namespace}/{state.queue}/{hour_text(state.hour)}"
     record = Goodput(
         key, state.cluster, state.namespace, state.queue, state.hour, state.attempts, state.reserved, state.running, state.useful,
         state.lost_user, state.lost_system, state.idle, state.wait_seconds, state.waits, goodput_of(state.useful, state.reserved, state.running),

@@ -7,7 +7,7 @@ from datetime import datetime
 
 import msgspec
 
-from app.core.base.clock import hour_of, iso
+from app.core.base.clock import hour_of
 from app.core.base.emit import Emit
 from app.core.base.progress import Watermarks
 from app.core.base.rules import FleetSettings
@@ -19,7 +19,7 @@ from app.core.fleet.states import (
     stream_now,
 )
 from app.core.identity.kueue import PREEMPTION
-from app.core.stages.fleet_inputs import queue_name
+from app.core.stages.fleet_inputs import hour_text, queue_name
 from app.model.facts import GangChange
 from app.model.fleet_records import (
     GANG_QUEUES,
@@ -57,7 +57,7 @@ def on_gang(state: QueueStats | None, key: str, change: GangChange, fleet: Fleet
         bucket = _add_wait(buckets.get(hour) or QueueBucket(hour), evicted, preempted, readmitted, waited)
         buckets[hour] = bucket
         state = msgspec.structs.replace(state, buckets=tuple(buckets[h] for h in sorted(buckets)))
-        wait_key = f"{state.cluster}/{state.queue}/{iso(hour)}"
+        wait_key = f"{state.cluster}/{state.queue}/{hour_text(hour)}"
         out.append(
             Emit(
                 PREEMPTION_WAITS,

@@ -93,6 +93,14 @@ def describe_gpu_fault(fault: GpuFault | None) -> str:
 def read(state: FleetState, emit: Emit, settings: FleetSettings = DEFAULT_FLEET) -> None:
     """Take one record in (derived records, verdicts, dead letters; others are ignored)."""
     value = emit.value
+    kind = type(value)  # the busiest first: a failure-heavy stream is mostly these
+    if kind is FailureRate:
+        _keep(state, "failures", state.failures, emit.key, value, value.hour, settings)
+        return
+    if kind is ClassifiedFailure:
+        _recent(state, value, settings)
+        _advance(state, value.cluster, value.failed_at, settings)
+        return
     if isinstance(value, records_v1.DerivedRecordV1):
         value = records_v1.upgraded(value)  # a v1 fault rate: Xids only (before SPEC R14.2)
     if isinstance(value, NodeFaultRate):

@@ -6,6 +6,7 @@ stage never has to remember every fault or verdict."""
 from __future__ import annotations
 
 from datetime import datetime
+from functools import lru_cache
 
 import msgspec
 
@@ -22,6 +23,12 @@ from app.model.records import ClassifiedFailure, GangTransition, GpuFault
 # --- where each input goes: the fleet stage's keys -----------------------------------------
 
 
+@lru_cache(maxsize=4096)  # the few hours of the history, written in a key per record
+def hour_text(hour: datetime) -> str:
+    """An hour as keys write it (`2026-08-25T12:00:00Z`)."""
+    return iso(hour)
+
+
 def node_key(cluster: str, node: str) -> str:
     return f"{cluster}/node/{node}"
 
@@ -32,20 +39,20 @@ def gpu_key(cluster: str, node: str, gpu: str) -> str:
 
 def rate_key(cluster: str, node: str, gpu: str, hour: datetime) -> str:
     """The fault rate of a node (gpu "") or one of its GPUs in one hour."""
-    return f"{cluster}/rate/{iso(hour)}/gpu/{node}/{gpu}" if gpu else f"{cluster}/rate/{iso(hour)}/node/{node}"
+    return f"{cluster}/rate/{hour_text(hour)}/gpu/{node}/{gpu}" if gpu else f"{cluster}/rate/{hour_text(hour)}/node/{node}"
 
 
 def failures_key(cluster: str, namespace: str, hour: datetime) -> str:
-    return f"{cluster}/failures/{namespace}/{iso(hour)}"
+    return f"{cluster}/failures/{namespace}/{hour_text(hour)}"
 
 
 def gpu_time_key(cluster: str, node: str, hour: datetime) -> str:
-    return f"{cluster}/gpu-time/{node}/{iso(hour)}"
+    return f"{cluster}/gpu-time/{node}/{hour_text(hour)}"
 
 
 def goodput_key(cluster: str, namespace: str, queue: str, hour: datetime) -> str:
     """SPEC R17.4: one namespace and queue in one hour (queue "": no Workload held quota)."""
-    return f"{cluster}/goodput/{namespace}/{queue}/{iso(hour)}"
+    return f"{cluster}/goodput/{namespace}/{queue}/{hour_text(hour)}"
 
 
 def queue_name(t: GangTransition) -> str:
