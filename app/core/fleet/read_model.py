@@ -33,7 +33,7 @@ from app.model.fleet_records import (
     QuarantineCandidate,
 )
 from app.model import records_v1
-from app.model.records import ClassifiedFailure, DeadLetter, ErrorKind, GpuFault, Identity, IdleQuota, StuckReadmission
+from app.model.records import ClassifiedFailure, DeadLetter, Fault, ErrorKind, GpuFault, Identity, IdleQuota, StuckReadmission
 
 QUARANTINE_LOG = 50  # quarantine records kept for the page
 HourlyTable = Literal["nodes", "gpus", "failures", "gpu_time", "waits", "goodput"]  # FleetState's tables of hourly records
@@ -97,9 +97,17 @@ def read(state: FleetState, emit: Emit, settings: FleetSettings = DEFAULT_FLEET)
     if kind is FailureRate:
         _keep(state, "failures", state.failures, emit.key, value, value.hour, settings)
         return
+    if kind is NodeFaultRate:
+        _keep(state, "nodes", state.nodes, emit.key, value, value.last_fault_at or value.hour, settings)
+        return
+    if kind is GpuFaultRate:
+        _keep(state, "gpus", state.gpus, emit.key, value, value.last_fault_at or value.hour, settings)
+        return
     if kind is ClassifiedFailure:
         _recent(state, value, settings)
         _advance(state, value.cluster, value.failed_at, settings)
+        return
+    if kind in _UNREAD:
         return
     if isinstance(value, records_v1.DerivedRecordV1):
         value = records_v1.upgraded(value)  # a v1 fault rate: Xids only (before SPEC R14.2)
@@ -143,9 +151,13 @@ def read(state: FleetState, emit: Emit, settings: FleetSettings = DEFAULT_FLEET)
         state.dead_letters += 1
 
 
+# Records on the way that no view reads (the faults: their counts come as fault rates).
+_UNREAD = frozenset({Fault})
+
+
 def _keep(state: FleetState, name: HourlyTable, table: dict, key: str, record: Any, at: datetime, settings: FleetSettings) -> None:
     now = state.cluster_times.get(record.cluster)
-    if now is not None and hour_of(at) < horizon(now, settings):
+    if now is not None and at < horizon(now, settings):  # the horizon is an hour's start: as hour_of(at) < it
         return  # older than the history its cluster keeps
     kept = table.get(key)
     if kept is None or kept.hour != record.hour or kept.cluster != record.cluster:
