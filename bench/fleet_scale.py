@@ -289,7 +289,7 @@ def main() -> None:
         print(f"trace_records: {embedded.records_in} ({trace.stat().st_size / 1e6:.0f} MB, made in {made:.1f} s)")
         print(f"fleet_command_cpu_seconds: {fleet_seconds:.1f} ({heavy_rate:.0f} records/s of CPU time)")
         print(f"quiet_fleet_command_cpu_seconds: {quiet_seconds:.1f} ({quiet_rate:.0f} records/s of CPU time; bench.core's trace, as many records)")
-        print(f"ratio_failure_heavy_to_quiet: {heavy_rate / quiet_rate:.2f} (target >= 0.5)")
+        print(f"ratio_failure_heavy_to_quiet: {heavy_rate / quiet_rate:.2f} (target >= 0.4 at 100,000 on 2,000 nodes, issue 37)")
         print(f"fleet_totals: {want}")
         print(f"embedded_measured_seconds: {measured:.1f} (the same replay, every state and record encoded)")
         print(f"embedded_totals_equal: {same}")
