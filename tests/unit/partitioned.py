@@ -42,6 +42,18 @@ class _States:
         return self.states.items()
 
 
+class _Partitions:
+    """A stage's states, one store per partition as a worker's table partitions: a scope
+    builds its waiting and expiry indexes from its own partition's states only (sharing
+    one store let a partition read ahead settle another's states at its own watermarks)."""
+
+    def __init__(self, partitions: int) -> None:
+        self.partitions = [_States() for _ in range(partitions)]
+
+    def items(self) -> Iterable[tuple[str, Any]]:
+        return [item for store in self.partitions for item in store.items()]
+
+
 def partition_of(key: str, partitions: int) -> int:
     return zlib.crc32(key.encode()) % partitions
 
@@ -52,7 +64,7 @@ class Partitioned:
         self.counts: Counter[str] = Counter()
         self.runners = {s.name: Runner(s, rules, self.counts) for s in STAGES}
         self.scopes = {(s.name, p): Scope(whole=False) for s in STAGES for p in range(partitions)}
-        self.stores = {s.name: _States() for s in STAGES}
+        self.stores = {s.name: _Partitions(partitions) for s in STAGES}
         # (internal topic, partition) -> records not yet read by the stage reading it
         self.queues: dict[tuple[str, int], deque[Emit]] = {(t, p): deque() for t in INTERNAL_TOPICS for p in range(partitions)}
         self.held: set[tuple[str, int]] = set()  # internal partitions read later
@@ -107,14 +119,14 @@ class Partitioned:
     def _read(self, topic: str, key: str, partition: int, step: Any) -> None:
         stage = STAGE_OF[topic]
         source = Source(topic, topic, key, partition, None, self.partitions)
-        outcome = step(self.scopes[(stage.name, partition)], self.stores[stage.name] if stage.state is not None else None, source)
+        outcome = step(self.scopes[(stage.name, partition)], self.stores[stage.name].partitions[partition] if stage.state is not None else None, source)
         if outcome.time is not None:
             self.clusters.add(outcome.time[0])
-        self._written(stage, outcome)
+        self._written(stage, partition, outcome)
 
-    def _written(self, stage: Stage, outcome: Outcome) -> None:
+    def _written(self, stage: Stage, partition: int, outcome: Outcome) -> None:
         for write in outcome.writes:
-            self.stores[stage.name].states[write.key] = write.state
+            self.stores[stage.name].partitions[partition].states[write.key] = write.state
         for each in outcome.out:
             emit = each.emit
             if emit.topic not in INTERNAL_TOPICS:
