@@ -512,7 +512,10 @@ def main() -> None:
         print(f"{name}_cpu_us_per_record: {1e6 * per_record:.0f} (the CPU the worker process{'es' if n > 1 else ''} spent per source record, all stages)")
         print(f"{name}_cpu_each: {', '.join(f'{100 * share:.0f}%' for share in each)} of one core each, from the group's first commit to its last")
         if n > 1 and 1 in throughput:
-            print(f"{name}_records_per_cpu_second_to_one_worker: {throughput[1].cpu_per_record / per_record:.2f} "
+            # A run over before the first CPU tick after the group's first commit (a smoke
+            # run's few records, the group slow to join) measured no CPU: no ratio to give.
+            ratio = f"{throughput[1].cpu_per_record / per_record:.2f}" if per_record > 0 else "n/a (no CPU measured: too few records)"
+            print(f"{name}_records_per_cpu_second_to_one_worker: {ratio} "
                   "(the broker shares the 2 cores: the group's wall-clock rate cannot double here)")  # fmt: skip
     parts = []
     for rate, m in measured.items():
