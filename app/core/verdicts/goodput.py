@@ -62,16 +62,8 @@ def run_end(pod: PodFacts) -> datetime | None:
     deleted, its deletionTimestamp; None while it runs, or when no time of its own says
     (its attempt's failure then ends it)."""
     containers = pod.containers
-    if containers:
-        latest: datetime | None = None
-        for c in containers:  # `latest_finish` in the same pass: this runs for every GPU pod record
-            if not c.terminated:
-                break
-            finished = c.finished_at
-            if finished is not None and (latest is None or finished > latest):
-                latest = finished
-        else:
-            return latest
+    if containers and all(c.terminated for c in containers):
+        return latest_finish(pod)  # R5.1's reading of a finish, in one place
     phase = pod.phase
     if phase == "Succeeded" or phase == "Failed":
         return latest_finish(pod) or pod.deletion_timestamp or pod.failed_observed_at
