@@ -70,8 +70,10 @@ def failures_of(verdicts: Sequence[Any]) -> Failures:
     return Failures(verdicts[-1].terminal, ended, tuple((v.outcome.kind, v.gpu.spans) for v in verdicts))
 
 
-class AttemptUsage(msgspec.Struct, frozen=True, gc=False):
-    """What the attempt stage keeps for R17 beside an attempt's pods and verdicts."""
+class AttemptUsage(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
+    """What the attempt stage keeps for R17 beside an attempt's pods and verdicts (stored
+    without the fields at their defaults, as `AttemptState`: it is encoded with every
+    write of the attempt)."""
 
     quota: QuotaFacts | None = None
     where: tuple[str, str] | None = None  # the (namespace, queue) its hours were counted under
@@ -111,12 +113,20 @@ def _matters(before: AttemptState, state: AttemptState, fact: Any) -> bool:
     ran = was is not None and was.gpus > 0 and was.started_at is not None
     if fact.gpus <= 0 or fact.started_at is None:
         return ran  # no run now: it matters only if there was one
-    end = run_end(fact)
     if ran and was.gpus == fact.gpus and was.started_at == fact.started_at:
+        if (
+            was.phase == fact.phase
+            and was.containers == fact.containers
+            and was.deleted == fact.deleted
+            and was.deletion_timestamp == fact.deletion_timestamp
+            and was.failed_observed_at == fact.failed_observed_at
+        ):
+            return False  # what its end is read from is the same (a third of the pod records)
+        end = run_end(fact)
         was_end = run_end(was)
         if was_end == end:
             return False  # the same run
-    elif end is not None:
+    elif (end := run_end(fact)) is not None:
         return True  # a run that ended, unlike the one before (or none)
     else:
         was_end = run_end(was) if ran else None
@@ -167,7 +177,7 @@ def _runs(state: AttemptState, failures: Failures) -> list[Run]:
     failed (its terminal verdict: the caller ends it there) or, the attempt not failed,
     until its failures counted it (a pod of an earlier generation deleted with no time of
     its own): lost time is running time."""
-    if failures.terminal:
+    if failures.terminal or not failures.losses:
         return runs_of(state.pods.values())
     return runs_of(state.pods.values(), failed_until(span for _, spans in failures.losses for span in spans))
 

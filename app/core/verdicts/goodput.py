@@ -62,8 +62,12 @@ def run_end(pod: PodFacts) -> datetime | None:
     deleted, its deletionTimestamp; None while it runs, or when no time of its own says
     (its attempt's failure then ends it)."""
     containers = pod.containers
-    if containers and all(c.terminated for c in containers):
-        return latest_finish(pod)  # R5.1's reading of a finish, in one place
+    if containers:
+        for c in containers:  # a loop, not all(): it runs for every pod record that may end a run
+            if not c.terminated:
+                break
+        else:
+            return latest_finish(pod)  # R5.1's reading of a finish, in one place
     phase = pod.phase
     if phase == "Succeeded" or phase == "Failed":
         return latest_finish(pod) or pod.deletion_timestamp or pod.failed_observed_at
