@@ -4,8 +4,6 @@ stage says what changed for each: `GoodputChange`)."""
 
 from __future__ import annotations
 
-import msgspec
-
 from app.core.base.emit import Emit
 from app.core.stages.fleet_inputs import hour_text
 from app.core.base.progress import Watermarks
@@ -38,22 +36,17 @@ def on_goodput(state: GoodputStats | None, change: GoodputChange, fleet: FleetSe
         if change.attempts < 0 or (now is not None and change.hour < horizon(now, fleet)):
             return None, []  # an hour no longer kept
         state = GoodputStats(change.cluster, change.namespace, change.queue, change.hour)
-    state = msgspec.structs.replace(
-        state,
-        latest=max(state.latest, change.observed_at),
-        attempts=state.attempts + change.attempts,
-        reserved=state.reserved + change.reserved,
-        running=state.running + change.running,
-        useful=state.useful + change.useful,
-        lost_user=state.lost_user + change.lost_user,
-        lost_system=state.lost_system + change.lost_system,
-        idle=state.idle + change.idle,
-        wait_seconds=state.wait_seconds + change.wait_seconds,
-        waits=state.waits + change.waits,
-    )
+    # The constructor, not `replace` with ten names: it runs for every change of every attempt.
+    state = GoodputStats(
+        state.cluster, state.namespace, state.queue, state.hour, max(state.latest, change.observed_at),
+        state.attempts + change.attempts, state.reserved + change.reserved, state.running + change.running,
+        state.useful + change.useful, state.lost_user + change.lost_user, state.lost_system + change.lost_system,
+        state.idle + change.idle, state.wait_seconds + change.wait_seconds, state.waits + change.waits,
+    )  # fmt: skip
     key = f"{state.cluster}/{state.namespace}/{state.queue}/{hour_text(state.hour)}"
+    useful, reserved, running = state.useful, state.reserved, state.running
     record = Goodput(
-        key, state.cluster, state.namespace, state.queue, state.hour, state.attempts, state.reserved, state.running, state.useful,
-        state.lost_user, state.lost_system, state.idle, state.wait_seconds, state.waits, goodput_of(state.useful, state.reserved, state.running),
+        key, state.cluster, state.namespace, state.queue, state.hour, state.attempts, reserved, running, useful,
+        state.lost_user, state.lost_system, state.idle, state.wait_seconds, state.waits, goodput_of(useful, reserved, running),
     )  # fmt: skip
     return state, [Emit(GOODPUT, key, record)]

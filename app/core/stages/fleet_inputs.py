@@ -179,8 +179,16 @@ def goodput_changes(
     change of namespace or queue (the quota's facts came after its pods') moves it whole."""
     if rules.fleet is None:
         return []
-    old = {h.hour: h for h in before} if before_where is not None else {}
-    if before_where is not None and before_where != where:
+    if not before or before_where is None:  # told nothing yet (most tellings): every hour enters
+        return [
+            Emit(FLEET_INPUTS, goodput_key(cluster, where[0], where[1], h.hour), GoodputChange(
+                cluster, observed_at, where[0], where[1], h.hour, 1, h.reserved, h.running, h.useful,
+                h.lost_user, h.lost_system, h.idle, h.wait_seconds, h.waits,
+            ))  # fmt: skip
+            for h in after
+        ]
+    old = {h.hour: h for h in before}
+    if before_where != where:
         moves = [(before_where, h.hour, h, _NO_HOUR) for h in before] + [(where, h.hour, _NO_HOUR, h) for h in after]
     else:
         new = {h.hour: h for h in after}
