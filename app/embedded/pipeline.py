@@ -130,11 +130,13 @@ class Pipeline:
         for cluster in sorted(self.latest):
             for topic in SOURCE_TOPICS:
                 stage, runner, scope, store = self._readers[topic]
-                out += self._deliver(stage, runner.progress(scope, store, Source(topic, topic, ""), end_of_input(cluster, topic)))
+                self._deliver(stage, runner.progress(scope, store, Source(topic, topic, ""), end_of_input(cluster, topic)), out)
         return out
 
     def _source(self, stage: Stage, outcome: Outcome) -> list[Emit]:
-        out = self._deliver(stage, outcome) if outcome.out or outcome.writes else []
+        out: list[Emit] = []
+        if outcome.out or outcome.writes:
+            self._deliver(stage, outcome, out)
         time = outcome.time
         if time is not None:  # every source record in time moves its cluster's time, progress included
             cluster, at = time
@@ -146,28 +148,29 @@ class Pipeline:
                     self._sweep(at)
         return out
 
-    def _deliver(self, stage: Stage, outcome: Outcome) -> list[Emit]:
-        """The outcome's states stored, its records out; internal records to the stage
-        reading them, depth first."""
+    def _deliver(self, stage: Stage, outcome: Outcome, out: list[Emit]) -> None:
+        """The outcome's states stored, its records out (appended to `out`, the one list
+        of the source record's outputs); internal records to the stage reading them,
+        depth first, each as the value the stage wrote (no encode, unless `wire`)."""
         for write in outcome.writes:
             self._store(stage, write, outcome.out[write.first : write.end])
-        out: list[Emit] = []
-        readers = self._readers
+        readers, wire = self._readers, self.wire
         for each in outcome.out:
-            emit, raw = each.emit, each.raw
-            reader = readers.get(emit.topic)
+            emit = each.emit
+            topic = emit.topic
+            reader = readers.get(topic)
             if reader is None:
                 out.append(emit)
                 continue
-            source = Source(emit.topic, emit.topic, emit.key)
+            raw = each.raw
             next_stage, runner, scope, store = reader
-            if self.wire:  # as through Kafka
-                outcome = runner.receive(scope, store, source, raw if raw is not None else _encode(emit.value))
+            if wire:  # as through Kafka
+                outcome = runner.receive(scope, store, Source(topic, topic, emit.key), raw if raw is not None else _encode(emit.value))
             else:
-                outcome = runner.receive_decoded(scope, store, source, emit.value, raw if raw is not None else (lambda v=emit.value: _encode(v)))
+                value = emit.value
+                outcome = runner.receive_decoded(scope, store, Source(topic, topic, emit.key), value, raw if raw is not None else (lambda v=value: _encode(v)))
             if outcome.out or outcome.writes:
-                out.extend(self._deliver(next_stage, outcome))
-        return out
+                self._deliver(next_stage, outcome, out)
 
     def _store(self, stage: Stage, write: Write, caused: list[Out]) -> None:
         """A state the runner folded, with the records its fold caused (a Faust table
