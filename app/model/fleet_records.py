@@ -62,7 +62,7 @@ class NodeFaultRate(_Record, tag="faultline.NodeFaultRate/v2", tag_field="schema
     user: int
     warn: int
     critical: int
-    xids: list[XidCount]
+    xids: tuple[XidCount, ...]  # a tuple (JSON: the same array): a fleet view keeps one per node and GPU hour, and the garbage collector skips these
     last_fault_at: Timestamp | None = None  # the latest first_seen counted in the hour
 
 
@@ -82,7 +82,7 @@ class GpuFaultRate(_Record, tag="faultline.GpuFaultRate/v2", tag_field="schema")
     user: int
     warn: int
     critical: int
-    xids: list[XidCount]
+    xids: tuple[XidCount, ...]
     last_fault_at: Timestamp | None = None  # the latest first_seen counted in the hour
 
 

@@ -168,8 +168,8 @@ def _gpu_fault(fault: GpuFault | None) -> v2.GpuFault | None:
     return None if fault is None else v2.GpuFault(**msgspec.structs.asdict(fault))
 
 
-def _xids(xids: list[XidCount]) -> list[fleet_v2.XidCount]:
-    return [fleet_v2.XidCount(**msgspec.structs.asdict(x)) for x in xids]
+def _xids(xids: list[XidCount]) -> tuple[fleet_v2.XidCount, ...]:
+    return tuple(fleet_v2.XidCount(**msgspec.structs.asdict(x)) for x in xids)
 
 
 def upgraded(record: object) -> object:

@@ -41,16 +41,22 @@ class Watermarks(msgspec.Struct, frozen=True, dict=True):
             return msgspec.structs.replace(self, ended=self.ended | {key}, marks={**self.marks, key: END_OF_TIME})
         seen = self.latest.get(key, {})
         known = seen.get(progress.partition)
-        if known is not None and known >= progress.observed_at and self.partitions.get(key) == progress.partitions:
+        count = progress.partitions
+        if known is not None and known >= progress.observed_at and self.partitions.get(key) == count:
             return None
-        observed = msgspec.structs.replace(
-            self,
-            latest={**self.latest, key: {**seen, progress.partition: progress.observed_at}},
-            partitions={**self.partitions, key: progress.partitions},
-        )
-        mark = observed._of(key)
-        marks = {k: v for k, v in self.marks.items() if k != key}
-        return msgspec.structs.replace(observed, marks={**marks, key: mark} if mark is not None else marks)
+        seen = {**seen, progress.partition: progress.observed_at}
+        partitions = self.partitions if self.partitions.get(key) == count else {**self.partitions, key: count}
+        # The watermark of `key`: the least over its partitions, once each has shown one.
+        mark: datetime | None = None
+        if key in self.ended:
+            mark = END_OF_TIME
+        elif all(p in seen for p in range(count)):
+            mark = min(seen[p] for p in range(count))
+        marks = dict(self.marks)
+        marks.pop(key, None)  # then last, as it always was (saved progress keeps its bytes)
+        if mark is not None:
+            marks[key] = mark
+        return Watermarks({**self.latest, key: seen}, partitions, self.ended, marks)
 
     def _partition_ended(self, key: str, progress: Progress) -> Watermarks | None:
         """The end of the input in one of `progress.partitions`: the others may still have
@@ -89,15 +95,6 @@ class Watermarks(msgspec.Struct, frozen=True, dict=True):
         time has been seen. None until every partition has shown progress."""
         return self.marks.get(f"{cluster}/{topic}")
 
-    def _of(self, key: str) -> datetime | None:
-        if key in self.ended:
-            return END_OF_TIME
-        seen = self.latest.get(key)
-        count = self.partitions.get(key, 0)
-        if not seen or any(p not in seen for p in range(count)):
-            return None
-        return min(seen[p] for p in range(count))
-
     def known(self) -> list[tuple[str, str, datetime]]:
         """(cluster, topic, watermark) of every (cluster, topic) with one, in order."""
         out = []
@@ -120,11 +117,16 @@ class Watermarks(msgspec.Struct, frozen=True, dict=True):
 
     def _stream_time(self, cluster: str) -> datetime | None:
         prefix = f"{cluster}/"
-        topics = {k[len(prefix):] for k in self.latest if k.startswith(prefix) and k not in self.ended}
-        marks = [self.of(cluster, topic) for topic in topics]
-        if not marks or any(m is None for m in marks):
-            return None
-        return min(m for m in marks if m is not None)
+        ended, marks = self.ended, self.marks
+        least: datetime | None = None
+        for key in self.latest:  # one pass: this runs once per new watermarks asked for it
+            if key.startswith(prefix) and key not in ended:
+                mark = marks.get(key)
+                if mark is None:
+                    return None
+                if least is None or mark < least:
+                    least = mark
+        return least
 
 
 _UNKNOWN = datetime.max  # naive: never a stream time

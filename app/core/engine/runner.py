@@ -193,9 +193,10 @@ class Scope:
     """What one stage knows in one scope (the whole stage, or one input partition): its
     watermarks (R12.3), the latest record time folded per cluster (R12.5), and which of
     its states wait on progress, until when (R12.4), and when each of its states expires
-    (R7.4); both indexes None: rebuilt from the store."""
+    (R7.4); both indexes None: rebuilt from the store; and the progress it last forwarded
+    under each name (`topology.forwarded`)."""
 
-    __slots__ = ("marks", "latest", "waiting", "expiring", "whole")
+    __slots__ = ("marks", "latest", "waiting", "expiring", "whole", "sent")
 
     def __init__(self, *, whole: bool, latest: dict[str, datetime] | None = None, waiting: bool = False) -> None:
         self.marks: Watermarks = NO_PROGRESS
@@ -210,6 +211,10 @@ class Scope:
         # True: the scope reads every partition of its topics (the watermark waits for
         # all of them); False: one partition, whose own progress is the scope's.
         self.whole = whole
+        # (cluster, name, partition) -> the progress this scope last forwarded under it: what
+        # it would send again is not sent. Not kept durably: a new ownership or a restart
+        # sends afresh, and a reader takes progress it has as nothing new (R12.3).
+        self.sent: dict[tuple[str, str, int], Progress] = {}
 
     def snapshot(self) -> Progressed:
         return Progressed(self.marks, dict(self.latest))
@@ -218,6 +223,7 @@ class Scope:
         """Take up where a durable snapshot left off: progress only grows, so what it
         says is still true; what came after it is read again."""
         self.marks, self.latest = saved.marks, dict(saved.latest)
+        self.sent = {}  # what was sent before may not have left: the next move goes out
 
     def stream_time(self, cluster: str) -> datetime | None:
         """R12.5: the watermark for the cluster, else the latest record time folded here;
@@ -355,7 +361,7 @@ class Runner:
         self.counts["progress"] += 1
         # Its own watermark goes out as its input partition's (one partition: all of them).
         mine, count = (0, 1) if scope.whole else (source.partition or 0, source.partitions or 1)
-        ahead = [Out(emit, encode_internal(emit.value)) for emit in forwarded(self.stage, progress, marks, mine, count)]
+        ahead = [Out(emit, encode_internal(emit.value)) for emit in forwarded(self.stage, progress, marks, mine, count, scope.sent)]
         if self.stage.settle is None or store is None:
             return Outcome(ahead, _NONE, _NONE)
         out: list[Out] = []

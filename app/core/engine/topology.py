@@ -280,7 +280,7 @@ def progress_in(record: StageRecord) -> bool:
     return isinstance(record, Progress) or getattr(record, "type", None) == BOOKMARK
 
 
-def forwarded(stage: Stage, progress: Progress, marks: Watermarks, partition: int, partitions: int) -> list[Emit]:
+def forwarded(stage: Stage, progress: Progress, marks: Watermarks, partition: int, partitions: int, last: dict[tuple[str, str, int], Progress]) -> list[Emit]:
     """R12.3: what a stage writes on progress: the same progress to every partition of
     each internal topic it writes, so the next stage computes the same watermark. The
     drivers send a `Progress` value to every partition (`to_every_partition`).
@@ -290,16 +290,34 @@ def forwarded(stage: Stage, progress: Progress, marks: Watermarks, partition: in
     internal topic hears of every source partition in each of its partitions, so the
     source partition's progress, forwarded as it came, would reach the reader from each of
     them and vouch for what the slowest has not written yet. Its own watermark, tagged
-    with its own partition, makes the reader's the least over all of them."""
-    out = []
-    for topic in stage.outputs:
-        if topic in INTERNAL_TOPICS:
-            sent: Progress | None = progress
-            if topic in stage.progress_as_own:
-                sent = own_progress(stage, progress, marks, partition, partitions)
-            if sent is not None:
-                out.append(Emit(topic, sent.topic, sent))
-    return out
+    with its own partition, makes the reader's the least over all of them.
+
+    Only what differs from what this scope last sent under the same (cluster, name,
+    partition) goes out (`last`, which this updates): a stage's own watermark is the least
+    over its paths and stays where it was on most progress it hears (the attempt stage
+    hears of the jobs from the jobs stage, then from the gang stage, and moves only on the
+    second), and the next stage would take the same again in for nothing (issue 37: a third
+    of the attempt stage's progress). `last` lives as long as the scope: a new ownership,
+    or a restart, sends afresh, which the reader takes in as nothing new."""
+    internal = [topic for topic in stage.outputs if topic in INTERNAL_TOPICS]
+    if not internal:
+        return []
+    # Each value is decided once: it goes to every topic it is for, or to none.
+    as_came = _unsent(progress, last) if any(t not in stage.progress_as_own for t in internal) else None
+    own = _unsent(own_progress(stage, progress, marks, partition, partitions), last) if stage.progress_as_own else None
+    return [Emit(topic, sent.topic, sent) for topic in internal if (sent := own if topic in stage.progress_as_own else as_came) is not None]
+
+
+def _unsent(progress: Progress | None, last: dict[tuple[str, str, int], Progress]) -> Progress | None:
+    """`progress` unless it is what `last` says was sent under its (cluster, name,
+    partition) last; noted there as sent."""
+    if progress is None:
+        return None
+    at = (progress.cluster, progress.topic, progress.partition)
+    if last.get(at) == progress:
+        return None
+    last[at] = progress
+    return progress
 
 
 def own_progress(stage: Stage, progress: Progress, marks: Watermarks, partition: int, partitions: int) -> Progress | None:

@@ -116,7 +116,7 @@ def _count(xids: list[XidCount], last: datetime | None, fault: FaultCount, fault
 
 
 def _rate(state: RateStats) -> Emit:
-    xids = list(state.xids)
+    xids = state.xids  # the state's tuple, shared: a list per record kept the collector busy (a view keeps thousands)
     sev = dict.fromkeys(SEVERITIES, 0)
     faults = occurrences = 0
     for x in xids:  # one pass: the busiest hours have an entry per code
