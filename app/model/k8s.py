@@ -225,6 +225,10 @@ class JobStatus(_View):
     # ray-project/kuberay ray-operator/apis/ray/v1/rayjob_types.go RayJobStatus.EndTime: when
     # the deployment reached a terminal state (its own time for the failure, R5.2, R12.7).
     end_time: Timestamp | None = None
+    # rayjob_types.go RayJobStatus.StartTime: when the current try began, written with its
+    # RayCluster's name (rayjob_controller.go initRayJobStatusIfNeed): where its quota's
+    # share moves to that cluster's key (SPEC R17, R16.4, R12.7)
+    start_time: Timestamp | None = None
     # rayjob_types.go RayJobStatus.Failed: how many of its tries failed (SPEC R16.4)
     failed: int | None = None
     # batch/v1 Job: pods ready and pods succeeded (SPEC R15.2: started)

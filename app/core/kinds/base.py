@@ -228,6 +228,11 @@ class WorkloadKind:
         """When its own ending was recorded (its terminal condition's time), if it says."""
         return None
 
+    def joined_since(self, job: Job) -> datetime | None:
+        """R17, R16.4: when it began joining the key its record names, by its own clock, for
+        a kind whose join moves (`tries_apart`); None where it says nothing."""
+        return None
+
 
 # --- readers every kind shares -------------------------------------------------------------
 

@@ -11,6 +11,15 @@ record ends the try, a generation of its own, whose verdict (`terminal: false`) 
 over its cluster's pods under its cluster's key. The next try runs on another cluster,
 under another key: its verdicts' revisions start above the earlier try's
 (`tries_apart`), and the final verdict counts the tries before it.
+
+R17 under Kueue: the job's one Workload holds quota across its tries. Each key the job
+joined owns the Workload's holds within its window (stages/gang_quota.py `shares`): from
+the try's `status.startTime` (KubeRay writes it with the try's `rayClusterName`; capped by
+the record's `observed_at`, the record's `observed_at` where it is missing or not after the
+earlier try's) until the next try's; the first try's from the start, the latest's open.
+An earlier try's holds end where the next try began: its idle quota ends there, its
+reserved stops, and every hour's reserved counts once across the tries. The final verdict's
+`goodput` is its own try's (from its start); the hours (`faultline.goodput`) hold them all.
 """
 
 from __future__ import annotations
@@ -132,6 +141,12 @@ class RayJob(WorkloadKind):
 
     def started(self, job: Job) -> bool:
         return job.status.job_deployment_status == RUNNING  # Kueue's PodsReady for the kind
+
+    def joined_since(self, job: Job) -> datetime | None:
+        """R17: `status.startTime`, which KubeRay writes with the try's `rayClusterName`
+        (rayjob_controller.go initRayJobStatusIfNeed): when the quota's share moved to the
+        try's cluster."""
+        return job.status.start_time
 
     def end(self, job: Job) -> End | None:
         """Kueue's Finished for a RayJob: the deployment status `Complete` or `Failed`

@@ -14,7 +14,7 @@ from app.core.base.bounds import Trim
 from app.core.base.rules import Rules
 from app.core.identity import kueue
 from app.core.identity.attempt import gang_attempt
-from app.core.stages.gang_quota import replace_quota
+from app.core.stages.gang_quota import Join, joined, replace_quota
 from app.core.kinds import registry
 from app.core.kinds.base import COMPLETED, End, clock_of
 from app.core.kinds.jobset import JOBSET
@@ -116,7 +116,7 @@ class JobSetTrack(msgspec.Struct, frozen=True, gc=False):
     # R12.7: the latest time any of its records carried (its conditions'): every change of
     # the job made before it has been read.
     clock: Timestamp | None = None
-    join: str = ""  # R17: the attempt stage's key of its attempt, where its quota goes
+    joins: tuple[Join, ...] = ()  # R17: the attempt stage's keys of its attempt, where its quota goes, the latest last
 
     @property
     def requeued(self) -> bool:
@@ -298,8 +298,13 @@ def _add_jobset(track: JobSetTrack | None, record: GangInput, jobset: Job, rules
         queue=labels.get(kueue.QUEUE_LABEL),
         views=views,
         clock=clock,
-        join=record.join or (track.join if track is not None else ""),
+        joins=joined(track.joins if track is not None else (), record.join, _joined_since(record, jobset), record.observed_at),
     )
+
+
+def _joined_since(record: GangInput, jobset: Job) -> datetime | None:
+    kind = registry.kind_of(jobset.api_version, jobset.kind)
+    return kind.joined_since(jobset) if kind is not None and record.change != "DELETED" else None
 
 
 def _compact(views: tuple[JobSetView, ...], view: JobSetView) -> tuple[JobSetView, ...]:

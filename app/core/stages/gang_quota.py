@@ -17,12 +17,21 @@ the `Evicted` False of a readmission that kept the reservation) and ends at `Evi
 - A wait (R17.2) runs from `Evicted` True to the readmission (`Admitted` True, else the
   new hold's start), as R9.9's `waited_seconds` does; one cut short by the Workload's end
   or deletion is no wait.
+
+Where it goes (R17, R16.4): a job whose join moves (a RayJob's tries, each on a RayCluster
+of its own) has one Workload across its tries. Each key it joined gets the Workloads'
+holds, waits and evicted holds clipped to its window (`shares`): from when the job began
+joining it (its own time, `joined_since`, else its record's `observed_at`) until it began
+joining the next; the first from the start, the latest open. The job's joins are kept
+with their times (the latest `JOINS_KEPT`), so a Workload read after the job's records
+splits the same way (R12.7); each key is sent its share whenever it changes. A job that
+joined one key sends its whole quota, as it always did.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import msgspec
 
@@ -39,6 +48,32 @@ if TYPE_CHECKING:
 HOLDS_KEPT = 32
 EVICTED_KEPT = 8
 WORKLOADS_KEPT = 4  # a job's Workloads (Kueue makes another after a deletion; R15.3)
+# The keys a job joined, the latest (R11.5): a RayJob's tries (R16.4); a job renaming its
+# cluster endlessly keeps these, the keys before them have had their last share.
+JOINS_KEPT = 4
+
+
+class Join(msgspec.Struct, frozen=True, gc=False, array_like=True):
+    """An attempt stage key the job joined (R17), from `since` (None: its first, whose share
+    has no start) until the next join's."""
+
+    key: str
+    since: datetime | None = None
+
+
+def joined(joins: tuple[Join, ...], key: str, since: datetime | None, observed_at: datetime) -> tuple[Join, ...]:
+    """The job's joins with its record's: a key other than the latest begins at the job's
+    own time for it (`since`, capped by `observed_at`, R2.7c), or at `observed_at` where it
+    says none or one not after the latest join's (a time from before that try)."""
+    if not key or (joins and joins[-1].key == key):
+        return joins
+    if not joins:
+        return (Join(key),)
+    last = joins[-1].since
+    at = observed_at if since is None else min(since, observed_at)
+    if last is not None and at <= last:
+        at = max(observed_at, last)
+    return (*joins, Join(key, at))[-JOINS_KEPT:]
 
 
 def _at(condition: Condition | None, observed_at: datetime) -> datetime:
@@ -162,16 +197,65 @@ def quota_seen(quotas: tuple[WorkloadQuota, ...], record: GangInput) -> tuple[Wo
 
 
 def quota_facts(before: GangStateData, after: GangStateData, observed_at: datetime) -> list[Emit]:
-    """R17: the job's quota for its attempt, when it changed or its attempt became known
-    (a job record naming where its attempt joins); nothing for a job with no attempt."""
+    """R17: each key the job joined its share of the quota, when it changed or the key
+    became known (a job record naming where its attempt joins); nothing for a job with no
+    attempt."""
     track = after.jobset
-    if track is None or not track.join or not after.quota:
+    if track is None or not track.joins or not after.quota:
         return []
     old = before.jobset
-    if old is not None and old.join == track.join and before.quota == after.quota and old.queue == track.queue:
-        return []
-    facts = QuotaFacts(after.cluster, track.namespace, observed_at, track.queue or "", after.quota)
-    return [Emit(ATTEMPT_FACTS, track.join, facts)]
+    was = shares(before.quota, old.joins) if old is not None and before.quota and old.queue == track.queue else {}
+    return [
+        Emit(ATTEMPT_FACTS, key, QuotaFacts(after.cluster, track.namespace, observed_at, track.queue or "", workloads))
+        for key, workloads in shares(after.quota, track.joins).items()
+        if was.get(key) != workloads
+    ]
+
+
+Window = tuple[datetime | None, datetime | None]  # [start, end); None: unbounded
+
+
+def shares(quota: tuple[WorkloadQuota, ...], joins: tuple[Join, ...]) -> dict[str, tuple[WorkloadQuota, ...]]:
+    """Each joined key's share of the quota, in join order: what its windows hold."""
+    windows: dict[str, list[Window]] = {}
+    for i, join in enumerate(joins):
+        windows.setdefault(join.key, []).append((join.since, joins[i + 1].since if i + 1 < len(joins) else None))
+    return {key: _share(quota, spans) for key, spans in windows.items()}
+
+
+def _share(quota: tuple[WorkloadQuota, ...], windows: list[Window]) -> tuple[WorkloadQuota, ...]:
+    if windows == [(None, None)]:
+        return quota  # one join: the whole
+    open_ = windows[-1][1] is None
+    return tuple(
+        WorkloadQuota(
+            q.name,
+            q.uid,
+            q.gpus,
+            _within(q.holds, windows),
+            _within(q.waits, windows),
+            _within(q.evicted, windows),
+            q.evicted_since if open_ else None,  # a window that ended waits for no readmission
+        )
+        for q in quota
+    )
+
+
+Span = TypeVar("Span", QuotaHold, EvictedHold)
+
+
+def _within(spans: tuple[Span, ...], windows: list[Window]) -> tuple[Span, ...]:
+    """The parts of `spans` (holds, waits, evicted holds: in time order) in `windows` (in
+    time order): an open span ends where its window does; nothing empty is kept."""
+    out: list[Span] = []
+    for start, end in windows:
+        for span in spans:
+            a = span.start if start is None else max(span.start, start)
+            b = span.end if end is None else end if span.end is None else min(span.end, end)
+            if b is not None and b <= a:
+                continue
+            out.append(span if (a, b) == (span.start, span.end) else msgspec.structs.replace(span, start=a, end=b))
+    return tuple(out)
 
 
 def replace_quota(state: GangStateData, record: GangInput) -> GangStateData:
