@@ -154,3 +154,22 @@ def test_r11_5_a_rayjob_renaming_its_cluster_endlessly_keeps_the_latest_joins() 
         pipeline.feed(line["topic"], line["key"], orjson.dumps(line["value"]))
     [gang] = [g for g in pipeline.states["gangs"].values() if g.jobset is not None]
     assert [j.key.rsplit("/", 1)[1] for j in gang.jobset.joins] == [f"rename-{i:05d}" for i in range(100 - JOINS_KEPT, 100)]
+
+
+def test_r17_a_gang_state_stored_before_joins_still_sends_its_quota_to_its_one_key() -> None:
+    """An upgrade: a job's state stored with its one key (`join`, before `joins`) sends a
+    Workload's change to that key at once, not only after the job's next record."""
+    story = _story()
+    pipeline = new_pipeline()
+    first_try = [r for r in story if datetime.fromisoformat(r["value"]["observed_at"]) <= T0 - minutes(50)]
+    for line in first_try:  # admitted, the first try named and its pods running: one join
+        pipeline.feed(line["topic"], line["key"], orjson.dumps(line["value"]))
+    gangs = pipeline.states["gangs"]
+    [(gang, state)] = [(k, s) for k, s in gangs.items() if s.jobset is not None and s.jobset.joins]
+    [join] = state.jobset.joins
+    gangs[gang] = msgspec.structs.replace(state, jobset=msgspec.structs.replace(state.jobset, joins=(), join=join.key))
+    finished = story[-1]
+    assert finished["topic"] == "k8s.workloads"
+    pipeline.feed(finished["topic"], finished["key"], orjson.dumps(finished["value"]))
+    quota = pipeline.states["attempts"][join.key].usage.quota
+    assert [hold.end for w in quota.workloads for hold in w.holds] == [FINISHED]

@@ -117,6 +117,13 @@ class JobSetTrack(msgspec.Struct, frozen=True, gc=False):
     # the job made before it has been read.
     clock: Timestamp | None = None
     joins: tuple[Join, ...] = ()  # R17: the attempt stage's keys of its attempt, where its quota goes, the latest last
+    join: str = ""  # its one key, in a state stored before `joins` (empty in states written since)
+
+    @property
+    def joined_keys(self) -> tuple[Join, ...]:
+        """`joins`, or a stored state's one key: its quota goes on reaching it after an
+        upgrade, before the job's next record."""
+        return self.joins or ((Join(self.join),) if self.join else ())
 
     @property
     def requeued(self) -> bool:
@@ -298,7 +305,7 @@ def _add_jobset(track: JobSetTrack | None, record: GangInput, jobset: Job, rules
         queue=labels.get(kueue.QUEUE_LABEL),
         views=views,
         clock=clock,
-        joins=joined(track.joins if track is not None else (), record.join, _joined_since(record, jobset), record.observed_at),
+        joins=joined(track.joined_keys if track is not None else (), record.join, _joined_since(record, jobset), record.observed_at),
     )
 
 

@@ -201,13 +201,13 @@ def quota_facts(before: GangStateData, after: GangStateData, observed_at: dateti
     became known (a job record naming where its attempt joins); nothing for a job with no
     attempt."""
     track = after.jobset
-    if track is None or not track.joins or not after.quota:
+    if track is None or not track.joined_keys or not after.quota:
         return []
     old = before.jobset
-    was = shares(before.quota, old.joins) if old is not None and before.quota and old.queue == track.queue else {}
+    was = shares(before.quota, old.joined_keys) if old is not None and before.quota and old.queue == track.queue else {}
     return [
         Emit(ATTEMPT_FACTS, key, QuotaFacts(after.cluster, track.namespace, observed_at, track.queue or "", workloads))
-        for key, workloads in shares(after.quota, track.joins).items()
+        for key, workloads in shares(after.quota, track.joined_keys).items()
         if was.get(key) != workloads
     ]
 
