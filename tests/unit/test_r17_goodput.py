@@ -449,3 +449,14 @@ def test_r11_5_a_quota_forged_to_have_begun_in_1900_counts_only_the_hours_the_fl
     hours = goodput(out)
     assert 0 < len(hours) <= DEFAULT_RULES.fleet.history_hours
     assert all(h.reserved_gpu_seconds <= GPUS * 3600 for h in hours.values())
+
+
+def test_r17_3_idle_quota_waits_for_the_pods_progress_when_the_pods_are_read_behind_the_other_topics() -> None:
+    """R12.7 for R17.3: a worker reading the pods topic behind the others (every other
+    topic's records and progress first) decides no idle quota before it has heard of the
+    pods: the same records as read in order, none here (the gang ran within the limit)."""
+    world = preempted_and_readmitted()
+    in_order = idle_records(run(world))
+    pods_last = PodsWorld()
+    pods_last.records = [r for r in world.records if r["topic"] != "k8s.pods"] + [r for r in world.records if r["topic"] == "k8s.pods"]
+    assert idle_records(run(pods_last)) == in_order == []
