@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from app.cli import bridge, fleet, goodput, mark, offline, streaming
 from app.cli.common import CommandError, fail
+from app.cli.crash_report import report_native_crashes
 from app.cli.heap import settle_heap
 
 _MODULES = [offline, fleet, goodput, streaming, bridge, mark]
@@ -32,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if argv is None:  # a process of its own (the `faultline` command), not a caller's
+        report_native_crashes()
         settle_heap()
     try:
         return int(args.run(args) or 0)

@@ -14,11 +14,13 @@ from app.stream.agents import Stages
 from app.stream.faust_fixes import (
     back_off_reconnects,
     bounded_rocksdb_memory,
+    close_stores,
     deliver_records_without_tasks_when_nothing_can_wait,
     hold_read_offsets_on_rewind,
     leave_the_group_when_stopping,
     on_stop_signal,
     require_targets,
+    rocksdb_closed_before_exit,
     seek_uncommitted_partitions_to_beginning,
     short_fetch_wait_between_rebalances,
     take_assignment_made_for_an_earlier_url,
@@ -42,6 +44,7 @@ def build_app(settings: Settings, rules: Rules = DEFAULT_RULES) -> tuple[faust.A
     leave_the_group_when_stopping()
     if settings.store == "rocksdb":
         bounded_rocksdb_memory(settings.rocksdb_block_cache_bytes, settings.rocksdb_write_buffer_bytes)
+        rocksdb_closed_before_exit()
     datadir = Path(settings.worker_dir)
     datadir.parent.mkdir(parents=True, exist_ok=True)
     app = faust.App(
@@ -108,5 +111,8 @@ def run_worker(app: faust.App, stages: Stages, settings: Settings) -> int:
         await crash(reason)
 
     app.crash = crashing  # type: ignore[method-assign]
-    worker.execute_from_commandline()  # exits the process when the worker stops
+    try:
+        worker.execute_from_commandline()  # exits the process when the worker stops
+    finally:
+        close_stores(app)  # the loop has ended: no RocksDB database may outlive it (patch 16)
     return 0

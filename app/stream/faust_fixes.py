@@ -675,6 +675,70 @@ def leave_the_group_when_stopping() -> None:
     setattr(GroupCoordinator, _PATCHED_LEAVE, True)
 
 
+
+_PATCHED_STORES = "_faultline_stores_closed_before_exit"
+_STORE_STOPPED = "_faultline_stopped"
+
+
+def rocksdb_closed_before_exit() -> None:
+    """16. A stopped RocksDB store opens nothing more, and `close_stores` closes every
+    database still open before the process ends.
+
+    Faust's RocksDB store drops its databases when its table stops (`Store.stop`), and the
+    tables stop before the agents and the consumer do. A rebalance that completes during
+    the stop (seen: a worker stopped just as another left the group) assigns partitions
+    to the stopped stores, which open their databases again (`on_rebalance`), and a
+    changelog write acknowledged during the stop writes its offset into a database it
+    opens again (`set_persisted_offset`). Nothing closes those: the process exits with
+    RocksDB's background threads alive while the C++ runtime tears down, RocksDB's known
+    cause of a crash at exit (facebook/rocksdb#7327; seen once here: a worker stopped
+    mid-rebalance exited on SIGSEGV). Here a stopped store takes no partitions and keeps
+    no offset (a restart reads a little more of the changelog: states it already holds),
+    an agent still folding may open a database as before, and `close_stores` closes
+    whatever is open once the worker's event loop has ended. Applied once per process."""
+    from faust.stores.rocksdb import Store
+
+    if getattr(Store, _PATCHED_STORES, False):
+        return
+    stop, on_rebalance, set_persisted_offset = Store.stop, Store.on_rebalance, Store.set_persisted_offset
+
+    async def stopped(self: Any) -> None:
+        setattr(self, _STORE_STOPPED, True)
+        await stop(self)
+
+    async def rebalanced(self: Any, assigned: Any, revoked: Any, newly_assigned: Any, generation_id: int = 0) -> None:
+        if not getattr(self, _STORE_STOPPED, False):  # a stopping worker reads no partition it takes now
+            await on_rebalance(self, assigned, revoked, newly_assigned, generation_id)
+
+    def persisted(self: Any, tp: Any, offset: int) -> None:
+        if not getattr(self, _STORE_STOPPED, False):
+            set_persisted_offset(self, tp, offset)
+
+    Store.stop, Store.on_rebalance, Store.set_persisted_offset = stopped, rebalanced, persisted
+    setattr(Store, _PATCHED_STORES, True)
+
+
+def close_stores(app: Any) -> int:
+    """16. Close every RocksDB database the app's tables still hold (nothing else may run:
+    the worker's loop has ended); how many were closed. A database that fails to flush as
+    it closes is logged: its changelog holds what it held."""
+    from faust.stores.rocksdb import Store
+
+    closed = 0
+    for table in list(app.tables.values()):
+        store = getattr(table, "_data", None)  # `table.data` would make a store that was never made
+        if not isinstance(store, Store):
+            continue
+        dbs = list(store._dbs.values())
+        store._dbs.clear()
+        for db in dbs:
+            try:
+                db.close()
+                closed += 1
+            except Exception as exc:  # noqa: BLE001 - the process is ending: say it, close the rest
+                log.warning("table %s: a RocksDB database did not close cleanly: %s", table.name, exc)
+    return closed
+
 # --- The fence: what the patches rely on ---------------------------------------------------------
 
 
@@ -776,6 +840,12 @@ TARGETS: tuple[Target, ...] = (
       for name in ("generation", "_group_instance_id")),
     # It leaves only after the coordination task: the reason for the patch.
     Target("leave_the_group_when_stopping", _COORDINATOR, "", "code", ("await self._coordination_task", "await self._maybe_leave_group()")),
+    Target("rocksdb_closed_before_exit", "faust.stores.rocksdb", "Store.stop", "coroutine", ("self",)),
+    Target("rocksdb_closed_before_exit", "faust.stores.rocksdb", "Store.on_rebalance", "coroutine", ("self", "assigned", "revoked", "newly_assigned")),
+    Target("rocksdb_closed_before_exit", "faust.stores.rocksdb", "Store.set_persisted_offset", "function", ("self", "tp", "offset")),
+    Target("rocksdb_closed_before_exit", "faust.stores.rocksdb", "Store._dbs", "assigned"),
+    Target("rocksdb_closed_before_exit", "faust.tables.base", "Collection._data", "assigned"),
+    Target("rocksdb_closed_before_exit", "rocksdict", "Rdict.close", "attribute"),
 )
 
 

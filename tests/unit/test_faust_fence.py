@@ -40,6 +40,7 @@ PATCHES = (
     "ack_offsets",  # 13
     "back_off_reconnects",  # 14
     "leave_the_group_when_stopping",  # 15
+    "rocksdb_closed_before_exit",  # 16
 )
 
 

@@ -1,0 +1,14 @@
+"""A `faultline` process killed by a native fault says where it was."""
+
+from __future__ import annotations
+
+import faulthandler
+import sys
+
+
+def report_native_crashes() -> None:
+    """A segmentation fault or abort inside a C extension (RocksDB, msgspec, the Kafka
+    client's codecs) ends the process with no Python traceback: a worker's log stops
+    mid-stop and nothing names the frame. faulthandler writes every thread's Python stack
+    to stderr (a worker's log) before the process dies."""
+    faulthandler.enable(file=sys.stderr, all_threads=True)
