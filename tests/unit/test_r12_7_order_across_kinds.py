@@ -13,6 +13,7 @@ it. (`at` and the reason text may say when the bridge could know: that moves wit
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,8 @@ from app.core.base.rules import Rules
 from app.model.fleet_records import GOODPUT
 from app.model.records import CLASSIFIED_FAILURES, FAULTS, GANG_TRANSITIONS, IDLE_QUOTA
 from app.embedded.pipeline import Pipeline
+from app.model.envelope import SOURCE_TOPICS
+from tests.unit import builders as b
 from tests.unit import drivers
 from tests.unit.gang_builders import Line
 from tests.unit.gang_stories import STORIES
@@ -271,3 +274,35 @@ def test_r12_7_a_jobset_created_suspended_whose_backlog_comes_first_still_waits_
     ]
     assert steps[2][4] == 21 * 60  # Kueue's wait: evicted 80 minutes before the end, admitted again 59 before
     assert got == answer(lines)["transitions"]
+
+
+# Two days of the bridge's progress past a trace's last change, as a bridge left running writes it.
+_DAYS_OF_PROGRESS = 48
+
+
+def _with_two_days_of_progress(lines: list[Line]) -> list[Line]:
+    last = max(datetime.fromisoformat(line["value"]["observed_at"]) for line in lines)
+    return lines + [b.progress(topic, last + timedelta(hours=h)) for h in range(1, _DAYS_OF_PROGRESS + 1) for topic in SOURCE_TOPICS]
+
+
+@pytest.mark.usefixtures("driver")
+@pytest.mark.parametrize(
+    "trace", ["pod-task-xid74.jsonl", "rayjob-retried.jsonl", "jobset-preempt-readmit.jsonl", "lws-group-recreated.jsonl", "workloads.jsonl", "mixed.jsonl"]
+)
+def test_r12_5_one_topic_read_behind_or_ahead_of_the_others_gives_the_same_answers(trace: str) -> None:
+    """R12.5 with R12.7: a stage's stream time waits for progress of every topic it hears
+    (`topology.EXPECTED`). A worker that reads a topic's backlog (its changes and its
+    progress) after every other topic's, or before them — a first start on retained
+    topics, a new group replaying history — must answer as if it read them in order. Before,
+    the stream time was the least over the topics a stage had heard progress of: with the
+    Events read behind two days of the pods' progress, the pod stage's stream time passed
+    the failed pod's expiry before its Xid Event came, and the GPU fault was lost (Xid 74
+    read as `Interrupted`); with the pods read behind, the fleet's hours closed before
+    the pods' failures reached them."""
+    lines = _with_two_days_of_progress([orjson.loads(raw) for raw in (EXAMPLES[0].parent / trace).read_bytes().splitlines()])
+    in_order = answer(lines)
+    for topic in SOURCE_TOPICS:
+        theirs = [line for line in lines if line["topic"] == topic]
+        others = [line for line in lines if line["topic"] != topic]
+        assert answer(others + theirs) == in_order, f"{topic} read behind the others"
+        assert answer(theirs + others) == in_order, f"{topic} read ahead of the others"

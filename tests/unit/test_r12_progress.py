@@ -69,21 +69,30 @@ def test_r12_3_progress_is_forwarded_through_the_internal_topics_tagged_with_its
     pipeline = new_pipeline()
     line = b.progress(JOBS, b.T0)
     _feed(pipeline, line, partition=1, partitions=2)
-    # The gang and attempt stages heard of partition 1 of 2: not yet a watermark.
+    # The gang and attempt stages heard of partition 1 of 2: not yet a watermark, and
+    # from now on they wait for every other topic they hear as well (R12.5).
     assert pipeline.marks["gangs"].of(b.CLUSTER, JOBS) is None
-    assert pipeline.marks["gangs"].latest == {f"{b.CLUSTER}/{JOBS}": {1: b.T0}}
+    assert pipeline.marks["gangs"].latest == {f"{b.CLUSTER}/{JOBS}": {1: b.T0}, f"{b.CLUSTER}/{WORKLOADS}": {}}
     # The attempt stage hears it from the jobs stage; the gang stage (whose quota facts,
     # SPEC R17, reach it by another path) forwards its own watermark, under its own name,
     # once it has one: until then the attempt stage waits for it.
-    assert pipeline.marks["attempts"].latest == {f"{b.CLUSTER}/{JOBS}": {1: b.T0}, f"{b.CLUSTER}/gangs:{JOBS}": {}}
+    heard = {k: v for k, v in pipeline.marks["attempts"].latest.items() if v}
+    assert heard == {f"{b.CLUSTER}/{JOBS}": {1: b.T0}}
+    assert pipeline.marks["attempts"].latest.keys() == {f"{b.CLUSTER}/{name}" for name in HEARD["attempts"]}
     _feed(pipeline, b.progress(JOBS, b.T0 + b.minutes(1)), partition=0, partitions=2)
     assert pipeline.marks["gangs"].of(b.CLUSTER, JOBS) == b.T0  # the slower partition
+    assert pipeline.marks["gangs"].stream_time(b.CLUSTER) is None  # the Workloads not heard from yet
     assert pipeline.marks["attempts"].latest[f"{b.CLUSTER}/gangs:{JOBS}"] == {0: b.T0}  # the gang stage's one partition
     assert pipeline.marks["attempts"].of(b.CLUSTER, JOBS) == pipeline.marks["attempts"].of(b.CLUSTER, f"gangs:{JOBS}") == b.T0
     # The fleet stage hears of the jobs from the gang and attempt stages, each its own
     # watermark (the attempt stage's the least over both its paths), never the source
     # partitions' progress as it came: one of their partitions could run ahead of another.
-    assert pipeline.marks["fleet"].latest == {f"{b.CLUSTER}/attempts:{JOBS}": {0: b.T0}, f"{b.CLUSTER}/gangs:{JOBS}": {0: b.T0}}
+    fleet = pipeline.marks["fleet"]
+    assert fleet.latest[f"{b.CLUSTER}/attempts:{JOBS}"] == fleet.latest[f"{b.CLUSTER}/gangs:{JOBS}"] == {0: b.T0}
+    assert JOBS not in {k.partition("/")[2] for k in fleet.latest}
+    assert fleet.stream_time(b.CLUSTER) is None  # the Workloads, pods and Events not heard from yet
+    for topic in (WORKLOADS, PODS, EVENTS):
+        _feed(pipeline, b.progress(topic, b.T0 + b.minutes(2)))
     assert pipeline.marks["fleet"].stream_time(b.CLUSTER) == b.T0
 
 
@@ -104,17 +113,44 @@ def test_r12_3_progress_under_a_name_a_stage_no_longer_hears_under_holds_back_no
     # with a fleet partition's states, or sent by a worker not yet upgraded, it would never
     # move again, and the fleet's stream time with it.
     pipeline = new_pipeline()
-    _feed(pipeline, b.progress(JOBS, b.T0))
+    for topic in SOURCE_TOPICS:
+        _feed(pipeline, b.progress(topic, b.T0))
     fleet = pipeline.scopes["fleet"]
     assert fleet.marks.stream_time(b.CLUSTER) == b.T0
     stale = Progress(b.CLUSTER, JOBS, 0, 1, b.T0 - b.minutes(5))
     runner = Runner(FLEET_STAGE, DEFAULT_RULES, Counter())
     assert runner.receive(fleet, None, Source(FLEET_INPUTS, FLEET_INPUTS, JOBS), encode_internal(stale)).out == []
-    assert fleet.marks.latest.keys() == {f"{b.CLUSTER}/attempts:{JOBS}", f"{b.CLUSTER}/gangs:{JOBS}"}
+    assert fleet.marks.latest.keys() == {f"{b.CLUSTER}/{name}" for name in HEARD["fleet"]}
     saved = fleet.marks.observe(stale)
     assert saved is not None and saved.stream_time(b.CLUSTER) == b.T0 - b.minutes(5)
     assert saved.keeping(HEARD["fleet"]) == fleet.marks
     assert fleet.marks.keeping(HEARD["fleet"]) is fleet.marks
+
+
+def test_r12_5_a_stages_stream_time_waits_for_progress_of_every_topic_it_hears() -> None:
+    """A worker reads one topic behind another (R12.7): a stage that has heard progress of
+    some of its topics has no stream time until it has heard of all of them, so no expiry,
+    window or limit runs ahead of a topic whose backlog is still to come."""
+    pipeline = new_pipeline()
+    for topic in (JOBS, WORKLOADS):
+        _feed(pipeline, b.progress(topic, b.T0 + b.minutes(90)))
+    assert pipeline.marks["gangs"].stream_time(b.CLUSTER) == b.T0 + b.minutes(90)  # every topic it hears
+    assert pipeline.marks["attempts"].stream_time(b.CLUSTER) is None  # the pods' not yet
+    assert pipeline.scopes["attempts"].stream_time(b.CLUSTER) is None  # nor a record's time instead
+    assert pipeline.marks["fleet"].stream_time(b.CLUSTER) is None
+    _feed(pipeline, b.progress(PODS, b.T0))
+    assert pipeline.marks["attempts"].stream_time(b.CLUSTER) is None  # the events' neither
+    _feed(pipeline, b.progress(EVENTS, b.T0 + b.minutes(5)))
+    assert pipeline.marks["attempts"].stream_time(b.CLUSTER) == pipeline.marks["fleet"].stream_time(b.CLUSTER) == b.T0
+
+
+def test_r12_5_with_no_progress_at_all_the_stream_time_is_the_latest_record_time() -> None:
+    pipeline = new_pipeline()
+    for line in pod_task_plain_failure():
+        _feed(pipeline, line)
+    latest = pipeline.latest[b.CLUSTER]
+    assert pipeline.scopes["pods"].stream_time(b.CLUSTER) == latest
+    assert pipeline.marks["pods"].stream_time(b.CLUSTER) is None
 
 
 def test_r12_3_the_end_of_a_trace_takes_every_pending_decision() -> None:

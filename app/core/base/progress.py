@@ -106,14 +106,21 @@ class Watermarks(msgspec.Struct, frozen=True, dict=True):
         return out
 
     def stream_time(self, cluster: str) -> datetime | None:
-        """R12.5: the least watermark over the topics this stage has seen progress of,
-        for `cluster`; None while any of them has none. The end of an input is no time
+        """R12.5: the least watermark over the topics of `cluster` this stage has heard of
+        or expects (every topic it hears, once it has heard one: `topology.EXPECTED`);
+        None while any of them has none. The end of an input is no time
         to run windows or expiry at: an ended topic does not count (None if all ended)."""
         known = self.__dict__
         at = known.get(cluster, _UNKNOWN)
         if at is _UNKNOWN:
             at = known[cluster] = self._stream_time(cluster)
         return at
+
+    def hears(self, cluster: str) -> bool:
+        """Progress of `cluster` has come, of a topic whose input has not ended: its stream
+        time is the watermarks' (None until each is known), never a record's time."""
+        prefix = f"{cluster}/"
+        return any(key.startswith(prefix) and key not in self.ended for key in self.latest)
 
     def _stream_time(self, cluster: str) -> datetime | None:
         prefix = f"{cluster}/"

@@ -226,9 +226,14 @@ class Scope:
         self.sent = {}  # what was sent before may not have left: the next move goes out
 
     def stream_time(self, cluster: str) -> datetime | None:
-        """R12.5: the watermark for the cluster, else the latest record time folded here;
-        never a timestamp written inside an object."""
-        return self.marks.stream_time(cluster) or self.latest.get(cluster)
+        """R12.5: the watermark for the cluster, else, while no progress of it has come,
+        the latest record time folded here; never a timestamp written inside an object.
+        Once progress has come, a record's time would run ahead of a topic not yet heard."""
+        marks = self.marks
+        at = marks.stream_time(cluster)
+        if at is None and not marks.hears(cluster):
+            return self.latest.get(cluster)
+        return at
 
     def clock(self, cluster: str) -> datetime:
         return self.stream_time(cluster) or _DAWN

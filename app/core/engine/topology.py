@@ -168,8 +168,10 @@ def _names(stage: Stage) -> dict[str, str]:
 
 # R12.3: stage -> source topic -> every name its progress reaches the stage under, one per
 # path (`_names`). A stage's watermark of a source topic is the least over them
-# (`own_progress`), and once it hears of one it waits for the others too (`EXPECTED`), so
-# that its stream time never runs ahead of a path not yet heard from.
+# (`own_progress`). Once it hears progress of a cluster under one name it waits for every
+# other name too (`EXPECTED`), so that its stream time runs ahead of no path and no source
+# topic not yet heard from (R12.5, R12.7: a worker reads one topic behind another, a stage
+# hears its inputs after another stage has folded them).
 _SOURCE_OF: dict[str, dict[str, str]] = {stage.name: _names(stage) for stage in STAGES}
 PATHS: dict[str, dict[str, tuple[str, ...]]] = {
     stage: {source: tuple(n for n, s in names.items() if s == source) for source in dict.fromkeys(names.values())}
@@ -178,10 +180,9 @@ PATHS: dict[str, dict[str, tuple[str, ...]]] = {
 # stage -> every name progress reaches it under: the runner ignores progress under any other,
 # and a Faust worker drops it from the progress it takes up (`Watermarks.keeping`).
 HEARD: dict[str, frozenset[str]] = {stage: frozenset(names) for stage, names in _SOURCE_OF.items()}
-# stage -> a name progress reaches it under -> the other names of the same source topic.
+# stage -> a name progress reaches it under -> every other name it hears progress under.
 EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
-    stage: {name: tuple(n for n in names if n != name) for names in paths.values() if len(names) > 1 for name in names}
-    for stage, paths in PATHS.items()
+    stage: {name: tuple(sorted(n for n in names if n != name)) for name in names} for stage, names in HEARD.items()
 }
 OUTPUT_TOPICS: tuple[str, ...] = (FAULTS, CLASSIFIED_FAILURES, GANG_TRANSITIONS, STUCK_READMISSIONS, IDLE_QUOTA, DEAD_LETTER, *DERIVED_TOPICS)
 

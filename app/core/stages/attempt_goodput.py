@@ -31,7 +31,7 @@ from app.core.base.rules import Rules
 from app.core.stages.fleet_inputs import goodput_changes
 from app.core.verdicts.gpu_time import GpuSpan
 from app.core.verdicts.goodput import Episode, HourFigures, Run, attempt_figures, episodes, failed_until, hourly, run_end, runs_of
-from app.model.envelope import PODS, WORKLOADS
+from app.model.envelope import PODS
 from app.model.facts import END_OF_TIME, AttemptId, JobFacts, PodFacts, QuotaFacts
 from app.model.records import IDLE_QUOTA, GoodputFigures, IdleQuota, ObjectRef, PodRef
 
@@ -245,17 +245,13 @@ def _none_ended(runs: list[Run]) -> bool:
 def _horizon(marks: Watermarks, cluster: str) -> tuple[datetime | None, datetime | None]:
     """(known, now): how far every record is known (the end of the input: all of it), and
     the stage's stream time (R12.5; None at the end of an input: no time to run a limit at).
-
-    None until the stage has heard progress of the pods (what shows a run) and of the
-    Workloads (what shows the quota released): its stream time is the least over the
-    topics it has heard of, and a topic not heard from yet — a worker reading it behind the
-    others, its stage starting later (R12.7) — would let idle quota be decided with a pod's
-    run still in flight."""
+    The stream time waits for progress of every topic the stage hears (`topology.EXPECTED`):
+    the pods (what shows a run) and the Workloads (what shows the quota released) among
+    them, so a topic read behind the others (R12.7) never lets idle quota be decided with
+    a pod's run still in flight."""
     now = marks.stream_time(cluster)
     if now is None:
         return (END_OF_TIME, None) if marks.of(cluster, PODS) == END_OF_TIME else (None, None)
-    if marks.of(cluster, PODS) is None or marks.of(cluster, WORKLOADS) is None:
-        return None, None
     return now, now
 
 
