@@ -31,7 +31,7 @@ from app.cli.common import (
 )
 from app.core.base.emit import Emit
 from app.core.fleet.evidence import AttemptEvidence, attempt_state, evidence_of
-from app.core.fleet.view import LiveFleet, Watermark
+from app.core.fleet.view import LiveFleet, Waiting, Watermark
 from app.core.base.rules import DEFAULT_FLEET, Rules
 from app.model.fleet_records import DERIVED_TOPICS
 from app.model.records import DEAD_LETTER
@@ -103,6 +103,7 @@ def run_serve(args: argparse.Namespace) -> int:
         pipeline.rules.fleet,
         evidence=lambda key: pipeline_evidence(pipeline, key),
         watermarks=lambda: [Watermark(cluster, topic, at) for cluster, topic, at in pipeline.watermarks()],
+        waiting=lambda: [Waiting(cluster, topic) for cluster, topic in pipeline.waiting()],
     )
     try:
         return asyncio.run(_serve(args, pipeline, live))

@@ -30,7 +30,7 @@ import msgspec
 
 from app.core.base.dead_letters import dead_letter
 from app.core.base.emit import Emit
-from app.core.base.progress import Watermarks, end_of_input
+from app.core.base.progress import Watermarks, end_of_input, waiting_topics
 from app.core.base.rules import DEFAULT_RULES, Rules
 from app.core.engine.runner import Out, Outcome, Raw, Runner, Scope, Source, Write
 from app.core.engine.topology import STAGE_OF, STAGES, Stage, StageRecord
@@ -186,6 +186,10 @@ class Pipeline:
         for topic in SOURCE_TOPICS:
             out += [w for w in self.scopes[STAGE_OF[topic].name].marks.known() if w[1] == topic]
         return sorted(out)
+
+    def waiting(self) -> list[tuple[str, str]]:
+        """(cluster, source topic) some stage's stream time waits for (R12.5)."""
+        return waiting_topics(scope.marks for scope in self.scopes.values())
 
     # --- expiry ----------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from typing import Any
 
 import faust
 
+from app.core.base.progress import waiting_topics
 from app.core.base.rules import Rules
 from app.core.engine.runner import Runner, Scope, Source
 from app.core.engine.topology import HEARD, OUTPUT_TOPICS, STAGES, Stage
@@ -113,6 +114,10 @@ class Stages:
     def watermark_rows(self) -> list[tuple[str, str, datetime]]:
         """(cluster, source topic, watermark) for /metrics and the page (R12.6)."""
         return source_watermarks(scope for by_partition in self.scopes.values() for scope in list(by_partition.values()))
+
+    def waiting_rows(self) -> list[tuple[str, str]]:
+        """(cluster, source topic) some stage partition's stream time waits for (R12.5)."""
+        return waiting_topics(scope.marks for by_partition in self.scopes.values() for scope in list(by_partition.values()))
 
     def watermarks(self) -> dict[str, dict[str, dict[str, str | None]]]:
         """Stage -> `<cluster>/<topic>` -> input partition -> watermark (R12.6)."""

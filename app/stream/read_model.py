@@ -18,7 +18,7 @@ from mode import Service
 
 from app.core.base.emit import Emit
 from app.core.fleet.evidence import AttemptEvidence, evidence_of
-from app.core.fleet.view import Counters, LiveFleet, Watermark
+from app.core.fleet.view import Counters, LiveFleet, Waiting, Watermark
 from app.core.base.rules import FleetSettings, Rules
 from app.kafka import clients
 from app.model.fleet_records import DERIVED_TOPICS, DerivedRecord
@@ -85,7 +85,8 @@ class FleetReadModel(Service):
         app, d = self.stages.app, self.stages.delivery
         lag = consumer_lag(app.consumer, read_offsets(app), d.logical) if app.consumer is not None else []
         marks = [Watermark(cluster, topic, at) for cluster, topic, at in self.stages.watermark_rows()]
-        return Counters(dict(sorted(d.records.items())), lag, marks)
+        waiting = [Waiting(cluster, topic) for cluster, topic in self.stages.waiting_rows()]
+        return Counters(dict(sorted(d.records.items())), lag, marks, waiting)
 
     def evidence(self, attempt_key: str) -> AttemptEvidence | None:
         """Only for attempts whose attempt-stage partition this worker holds (`owner_of`

@@ -55,6 +55,7 @@ METRICS = (
     "faultline_idle_quota_gpus",
     "faultline_stream_time_seconds",
     "faultline_watermark_lag_seconds",
+    "faultline_watermark_waiting",
 )
 
 
@@ -74,6 +75,11 @@ def render_metrics(view: FleetView, now: float | None = None, *, fleet: bool = T
         _family(lines, "faultline_watermark_lag_seconds", "gauge",
                 "How far the watermark of each source topic trails the wall clock (SPEC R12.6): a stalled bridge or partition grows it.",
                 [({"cluster": w.cluster, "topic": w.topic}, round(max(0.0, now - w.at.timestamp()), 3)) for w in counters.watermarks])
+    if counters.waiting:
+        _family(lines, "faultline_watermark_waiting", "gauge",
+                "1: a source topic of a cluster with no watermark yet while the cluster's other topics have progressed (SPEC R12.5): "
+                "expiry, waits, limits and the fleet's hours of that cluster wait for it. Lasting: nothing writes that topic's progress.",
+                [({"cluster": w.cluster, "topic": w.topic}, 1) for w in counters.waiting])
     if not fleet:
         return "\n".join(lines) + "\n"
     _family(lines, "faultline_dead_letters_total", "counter", "Records that could not be read (faultline.dead-letter).",

@@ -11,7 +11,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from app.cli.fleet import pipeline_evidence, replay_counted
-from app.core.fleet.view import Lag, LiveFleet, Watermark
+from app.core.fleet.view import Lag, LiveFleet, Waiting, Watermark
 from app.embedded.pipeline import Pipeline
 from app.replay.trace import read_lines
 from app.stream.lag import consumer_lag
@@ -29,12 +29,13 @@ T = TypeVar("T")
 def fed_view() -> LiveFleet:
     """The mixed example (its one gang under Kueue preempted and readmitted after 21 min, in
     queue ml/team-a), two gangs of queue team-a preempted (one readmitted after 15 min), a
-    dead letter, and a consumer lag as a Faust worker would report it."""
+    dead letter, and a consumer lag and a topic waited for as a Faust worker would report them."""
     pipeline = Pipeline()
     live = LiveFleet(
         evidence=lambda key: pipeline_evidence(pipeline, key),
         lag=lambda: [Lag("k8s.pods", 0, 12), Lag("k8s.pods", 1, 0)],
         watermarks=lambda: [Watermark(c, t, at) for c, t, at in pipeline.watermarks()],
+        waiting=lambda: [Waiting("prod-b", "k8s.workloads")],
     )
     for emit in replay_counted(read_lines(MIXED), pipeline, live, finish=False):
         live.observe(emit)

@@ -9,7 +9,7 @@ from datetime import timedelta
 import orjson
 import pytest
 
-from app.core.fleet.view import LiveFleet, Watermark
+from app.core.fleet.view import LiveFleet, Waiting, Watermark
 from app.core.base.progress import NO_PROGRESS, end_of_input
 from app.core.base.rules import DEFAULT_RULES
 from app.core.engine.runner import Runner, Source
@@ -237,6 +237,37 @@ def test_r12_6_metrics_show_how_far_each_watermark_trails_the_wall_clock() -> No
     assert f'faultline_watermark_lag_seconds{{cluster="{b.CLUSTER}",topic="k8s.pods"}} 42.5' in text
     assert f'faultline_watermark_lag_seconds{{cluster="{b.CLUSTER}",topic="k8s.events"}} 42.5' in text
     assert "k8s.jobs" not in text  # no progress of it yet: no watermark to show
+
+
+def test_r12_5_metrics_name_the_topics_a_stream_time_waits_for() -> None:
+    """Jobs and Workloads have progressed, the pods and Events not yet: every stage that
+    hears them waits (R12.5), and /metrics says for which topics, so a publisher that
+    never writes a topic's progress is seen, not silent."""
+    pipeline = new_pipeline()
+    for topic in (JOBS, WORKLOADS):
+        _feed(pipeline, b.progress(topic, b.T0))
+    view = LiveFleet(
+        watermarks=lambda: [Watermark(c, t, at) for c, t, at in pipeline.watermarks()],
+        waiting=lambda: [Waiting(c, t) for c, t in pipeline.waiting()],
+    )
+    text = render_metrics(view, now=b.T0.timestamp())
+    waiting = sorted(line for line in text.splitlines() if line.startswith("faultline_watermark_waiting{"))
+    assert waiting == [f'faultline_watermark_waiting{{cluster="{b.CLUSTER}",topic="{t}"}} 1' for t in (EVENTS, PODS)]
+    for topic in (PODS, EVENTS):
+        _feed(pipeline, b.progress(topic, b.T0))
+    assert pipeline.waiting() == [] and "faultline_watermark_waiting" not in render_metrics(view, now=b.T0.timestamp())
+
+
+def test_r12_5_a_worker_names_the_topics_its_stage_partitions_wait_for() -> None:
+    from app.core.base.progress import waiting_topics
+    from app.core.engine.runner import Scope
+    from app.model.facts import Progress
+
+    attempts, fleet = Scope(whole=False), Scope(whole=False)
+    attempts.marks = (attempts.marks.observe(Progress(b.CLUSTER, JOBS, 0, 2, b.T0)) or attempts.marks).expect(b.CLUSTER, PODS)
+    fleet.marks = (fleet.marks.observe(Progress(b.CLUSTER, f"gangs:{WORKLOADS}", 0, 1, b.T0)) or fleet.marks).expect(b.CLUSTER, f"attempts:{PODS}")
+    # The jobs heard from one partition of two, the pods expected; the fleet's stage-named paths count for their source topics.
+    assert waiting_topics([attempts.marks, fleet.marks]) == [(b.CLUSTER, JOBS), (b.CLUSTER, PODS)]
 
 
 def test_r12_6_a_stages_own_forwarded_watermark_counts_for_its_source_topic_in_the_gauge() -> None:

@@ -12,7 +12,7 @@ per stage, a Faust worker one per stage partition.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from datetime import datetime, timezone
 
 import msgspec
@@ -116,6 +116,12 @@ class Watermarks(msgspec.Struct, frozen=True, dict=True):
             at = known[cluster] = self._stream_time(cluster)
         return at
 
+    def waiting(self) -> list[tuple[str, str]]:
+        """(cluster, name) of every topic whose watermark this stage waits for: heard of or
+        expected (R12.5), not yet shown by every partition, not ended."""
+        ended, marks = self.ended, self.marks
+        return [tuple(key.split("/", 1)) for key in sorted(self.latest) if key not in marks and key not in ended]  # type: ignore[misc]
+
     def hears(self, cluster: str) -> bool:
         """Progress of `cluster` has come, of a topic whose input has not ended: its stream
         time is the watermarks' (None until each is known), never a record's time."""
@@ -134,6 +140,12 @@ class Watermarks(msgspec.Struct, frozen=True, dict=True):
                 if least is None or mark < least:
                     least = mark
         return least
+
+
+def waiting_topics(stages: Iterable[Watermarks]) -> list[tuple[str, str]]:
+    """(cluster, source topic) whose watermark any of these stages waits for (R12.5): a
+    stage's own name for a path (`<stage>:<source topic>`) counts for its source topic."""
+    return sorted({(cluster, name.rpartition(":")[2]) for marks in stages for cluster, name in marks.waiting()})
 
 
 _UNKNOWN = datetime.max  # naive: never a stream time

@@ -39,13 +39,22 @@ class Watermark(msgspec.Struct, frozen=True):
     at: datetime
 
 
+class Waiting(msgspec.Struct, frozen=True):
+    """A source topic of a cluster some stage has no watermark of yet, while it has heard
+    progress of the cluster (SPEC R12.5): that stage's stream time waits for it."""
+
+    cluster: str
+    topic: str
+
+
 class Counters(msgspec.Struct, frozen=True):
     """What only the driver knows: input records per topic, consumer lag when it has
-    one, and its watermarks (R12.6)."""
+    one, its watermarks (R12.6) and the topics its stream time waits for (R12.5)."""
 
     records: dict[str, int]
     lag: list[Lag] = []
     watermarks: list[Watermark] = []
+    waiting: list[Waiting] = []
 
 
 class FleetView(Protocol):
@@ -81,15 +90,17 @@ class LiveFleet:
         lag: Callable[[], list[Lag]] | None = None,
         evidence: Callable[[str], AttemptEvidence | None] | None = None,
         watermarks: Callable[[], list[Watermark]] | None = None,
+        waiting: Callable[[], list[Waiting]] | None = None,
     ) -> None:
-        """`records`, `lag`, `evidence` and `watermarks` let a driver that keeps those
-        itself answer for them; by default inputs are counted with `count_input`."""
+        """`records`, `lag`, `evidence`, `watermarks` and `waiting` let a driver that keeps
+        those itself answer for them; by default inputs are counted with `count_input`."""
         self._settings = settings
         self._state = FleetState()
         self._records = records
         self._lag = lag
         self._evidence = evidence
         self._watermarks = watermarks
+        self._waiting = waiting
         self.records: Counter[str] = Counter()
 
     @property
@@ -119,6 +130,7 @@ class LiveFleet:
             dict(sorted(records.items())),
             self._lag() if self._lag is not None else [],
             self._watermarks() if self._watermarks is not None else [],
+            self._waiting() if self._waiting is not None else [],
         )
 
     def evidence(self, attempt_key: str) -> AttemptEvidence | None:
