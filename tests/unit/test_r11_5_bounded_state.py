@@ -149,3 +149,44 @@ def test_r11_5_an_attempt_state_leaves_out_its_defaults_and_reads_one_written_wi
     written_with_every_field = msgspec.json.encode(msgspec.structs.asdict(state))
     assert b"pod_generations_dropped" in written_with_every_field
     assert msgspec.json.decode(written_with_every_field, type=AttemptState) == msgspec.json.decode(stored, type=AttemptState) == state
+
+
+def _gpu_names_flood(count: int) -> list[dict]:
+    """A failing pod task whose node agent (trusted: its pod's node) names a new GPU in each
+    of `count` critical Xid Events, as forged Events in the tenant's namespace would."""
+    p = hostile._pod_task("gpus", b.T0)
+    out = [b.record(p, b.T0 - b.minutes(40), "ADDED")]
+    for i in range(count):
+        first = b.T0 - b.minutes(35) + timedelta(seconds=i)
+        tails = f"gpu_uuid=GPU-forged-{i:04d} gpu_index={i} pci=0000:3b:00.0"
+        out.append(b.record(b.event(p, message=b.xid_message(79, extra=tails), first=first), first, "ADDED"))
+    out.append(b.record(hostile._failed(p, b.T0 + b.minutes(10)), b.T0 + b.minutes(10)))
+    return out
+
+
+def test_r11_5_a_pods_faults_count_for_at_most_gpus_per_pod_gpus_in_the_fleet() -> None:
+    """Each GPU a fault names is a key of the fleet stage (its quarantine count and its
+    hourly rate). Faults naming 200 GPUs on one pod: the first 32 named keep their keys;
+    the rest count for the node only, and are counted as left out. Each fault is still
+    published (R2.6) with the GPU it names."""
+    from app.core.stages.pods import DROPPED_GPU_NAMES, GPUS_PER_POD
+
+    pipeline = new_pipeline()
+    out = hostile.feed(pipeline, _gpu_names_flood(200))
+    fleet_keys = pipeline.states["fleet"].keys()
+    gpu_keys = {k for k in fleet_keys if "/gpu/" in k and "/rate/" not in k}
+    rate_gpu_keys = {k for k in fleet_keys if "/rate/" in k and "/gpu/" in k}
+    assert len(gpu_keys) == GPUS_PER_POD == 32
+    assert {k.rsplit("/", 1)[1] for k in gpu_keys} == {f"GPU-forged-{i:04d}" for i in range(32)}  # the first named
+    assert {k.rsplit("/", 1)[1] for k in rate_gpu_keys} <= {f"GPU-forged-{i:04d}" for i in range(32)}
+    assert pipeline.counts[DROPPED_GPU_NAMES] == 200 - 32
+    [node] = [s for k, s in pipeline.states["fleet"].items() if "/node/" in k and "/rate/" not in k]
+    assert len(node.hits) >= 100  # the node counts every one of them (HITS_KEPT)
+    assert len({e.value.fault.gpu_uuid for e in out if e.topic == FAULTS}) == 200
+
+
+def test_r11_5_a_pod_on_a_node_of_16_gpus_keeps_every_gpus_key() -> None:
+    pipeline = new_pipeline()
+    hostile.feed(pipeline, _gpu_names_flood(16))
+    assert len({k for k in pipeline.states["fleet"] if "/gpu/" in k and "/rate/" not in k}) == 16
+    assert pipeline.counts["dropped_gpu_names"] == 0

@@ -77,11 +77,12 @@ def _count(fault: GpuFault) -> FaultCount:
 
 
 def fault_changes(
-    cluster: str, observed_at: datetime, fault_key: str, before: GpuFault | None, after: GpuFault, rules: Rules
+    cluster: str, observed_at: datetime, fault_key: str, before: GpuFault | None, after: GpuFault, rules: Rules, *, for_gpu: bool = True
 ) -> list[Emit]:
     """A trusted fault, new or changed, for its node and its GPU (R2.7b: the pod's node):
     for the fault rate of each hour it leaves or enters, and for the quarantine count when
-    it is a critical fault first seen anew."""
+    it is a critical fault first seen anew. `for_gpu` False: for its node only (its pod's
+    faults named more GPUs than a node has: `pods.GPUS_PER_POD`)."""
     if rules.fleet is None:
         return []
     old = _count(before) if before is not None else None
@@ -89,7 +90,7 @@ def fault_changes(
     if old == new:
         return []  # e.g. the pod was relabelled: nothing the fleet counts changed
     node = after.node or UNKNOWN_NODE
-    gpu = gpu_id(after)
+    gpu = gpu_id(after) if for_gpu else ""
     hours = sorted({new.hour} | ({old.hour} if old is not None else set()))
     counts_hit = new.severity == "CRITICAL" and (old is None or old.first_seen != new.first_seen)
     out = []

@@ -41,7 +41,7 @@ from app.core.evidence.force_deletion import (
     may_be_trusted,
     shown_since,
 )
-from app.core.stages.fleet_inputs import fault_changes
+from app.core.stages.fleet_inputs import fault_changes, gpu_id
 from app.core.verdicts.gpu_time import gpus_requested, started_at_of
 from app.core.base.progress import Watermarks
 from app.core.base.rules import Rules
@@ -56,6 +56,13 @@ from app.model.records import DEVICE_HEALTH, FAULTS, Fault, GpuFault, PodRef
 
 # R14.1: the pod condition a disruption is written as (kubernetes/api core/v1/types.go DisruptionTarget).
 DISRUPTION_TARGET = "DisruptionTarget"
+
+
+# R11.5: the GPUs one pod's faults are counted for in the fleet, each its own key (a pod
+# runs on one node, which has 4 to 16): a fault naming yet another — a forged Event's
+# message, each naming a new GPU — counts for the node only, and is counted as dropped.
+GPUS_PER_POD = 32
+DROPPED_GPU_NAMES = "dropped_gpu_names"
 
 
 class PodState(msgspec.Struct, frozen=True):
@@ -76,6 +83,8 @@ class PodState(msgspec.Struct, frozen=True):
     # R16.6: the Events naming this uid that say Kueue force-deleted it and can still be
     # trusted, by event uid (at most force_deletion.EVENTS_KEPT, the earliest).
     force_deletions: dict[str, ForceDeletionEvent] = {}
+    # The GPUs its faults were counted for in the fleet, first named first (at most GPUS_PER_POD).
+    gpus: tuple[str, ...] = ()
 
 
 def pod_key(cluster: str, uid: str) -> str:
@@ -265,29 +274,41 @@ def _with_faults(facts: PodFacts, faults: dict[str, FaultEvent], devices: dict[s
     return msgspec.structs.replace(facts, faults=_trusted(facts, faults, devices, rules))
 
 
-def _forward(previous: PodFacts | None, facts: PodFacts, observed_at: datetime, rules: Rules) -> tuple[PodFacts, list[Emit]]:
-    """The facts to keep, and what to emit when they changed (nothing when they did not).
+def _forward(
+    previous: PodFacts | None, facts: PodFacts, observed_at: datetime, rules: Rules, gpus: tuple[str, ...]
+) -> tuple[PodFacts, list[Emit], tuple[str, ...]]:
+    """The facts to keep, what to emit when they changed (nothing when they did not), and
+    the GPUs the pod's faults are counted for in the fleet (`gpus`, grown by new ones).
 
     `facts` carries the previous `observed_at`, so a record that changes nothing compares
     equal; only a change is stamped with the time of the record that made it."""
     if facts == previous:
-        return previous, []
+        return previous, [], gpus
     facts = msgspec.structs.replace(facts, observed_at=observed_at)
     route = pod_route(facts, rules)  # R1, R13: where its attempt is joined, if anywhere
     attempt = route.attempt if route is not None else None
     emits: list[Emit] = []
     old = {f.event_uid: f for f in previous.faults} if previous is not None and previous.faults else {}
     relabelled = previous is None or previous.labels != facts.labels
+    left_out = 0
     for attributed in facts.faults:
         known = old.get(attributed.event_uid)
         if not relabelled and known == attributed:
             continue
         fault = fault_record(facts.cluster, facts.namespace, attributed, attempt.key if attempt is not None else None, rules.version)
-        emits += fault_changes(facts.cluster, observed_at, fault.key, known.fault if known is not None else None, attributed.fault, rules)
+        gpu = gpu_id(attributed.fault)
+        for_gpu = not gpu or gpu in gpus or len(gpus) < GPUS_PER_POD
+        if not for_gpu:
+            left_out += 1
+        elif gpu and gpu not in gpus:
+            gpus = (*gpus, gpu)
+        emits += fault_changes(facts.cluster, observed_at, fault.key, known.fault if known is not None else None, attributed.fault, rules, for_gpu=for_gpu)
         emits.append(Emit(FAULTS, fault.key, fault))
     if route is not None:
         emits.append(Emit(ATTEMPT_FACTS, route.key, facts))
-    return facts, emits
+    if left_out and rules.fleet is not None:
+        emits += dropped(DROPPED_GPU_NAMES, left_out)
+    return facts, emits, gpus
 
 
 # --- the folds ---------------------------------------------------------------------------
@@ -329,9 +350,9 @@ def fold_pod(
     if deletions:  # R2.7a once the pod is known: an Event naming it elsewhere never speaks for it
         deletions = {uid: e for uid, e in deletions.items() if is_trusted_deletion(e, facts.uid, facts.namespace, rules)}
         facts = _with_force_deletions(facts, deletions)
-    forwarded, emits = _forward(previous, _with_faults(facts, faults, devices, rules), observed_at, rules)
+    forwarded, emits, gpus = _forward(previous, _with_faults(facts, faults, devices, rules), observed_at, rules, state.gpus)
     state = msgspec.structs.replace(
-        state, last_activity=last_activity, seen=seen, pod=forwarded, faults=faults, devices=devices, force_deletions=deletions
+        state, last_activity=last_activity, seen=seen, pod=forwarded, faults=faults, devices=devices, force_deletions=deletions, gpus=gpus
     )
     if trim.cut or lost:
         emits = emits + trim.dropped() + dropped(DROPPED_DEVICE_HEALTH, lost)
@@ -406,8 +427,8 @@ def fold_event(
     counted = trim.dropped() + dropped(DROPPED_FAULTS, lost)
     if previous is None:
         return state, counted  # held until the pod is known (R7.1)
-    forwarded, emits = _forward(previous, _with_faults(previous, faults, state.devices, rules), observed_at, rules)
-    return msgspec.structs.replace(state, pod=forwarded), emits + counted
+    forwarded, emits, gpus = _forward(previous, _with_faults(previous, faults, state.devices, rules), observed_at, rules, state.gpus)
+    return msgspec.structs.replace(state, pod=forwarded, gpus=gpus), emits + counted
 
 
 def _fold_force_deletion(state: PodState | None, envelope: TypedEnvelope[Event], rules: Rules) -> tuple[PodState | None, list[Emit]]:
@@ -433,8 +454,8 @@ def _fold_force_deletion(state: PodState | None, envelope: TypedEnvelope[Event],
     counted = dropped(DROPPED_EVENTS, lost)
     if previous is None:
         return state, counted  # held until the pod is known (R7.1)
-    forwarded, emits = _forward(previous, _with_force_deletions(previous, events), observed_at, rules)
-    return msgspec.structs.replace(state, pod=forwarded), emits + counted
+    forwarded, emits, gpus = _forward(previous, _with_force_deletions(previous, events), observed_at, rules, state.gpus)
+    return msgspec.structs.replace(state, pod=forwarded, gpus=gpus), emits + counted
 
 
 def pod_state_expires_at(state: PodState, rules: Rules) -> datetime | None:
