@@ -19,7 +19,7 @@ from pathlib import Path
 from app.bridge.comeback import ServerProbe
 from app.bridge.errors import BridgeError
 from app.bridge.positions import PositionStore
-from app.bridge.progress import StreamMark, slowest_per_topic
+from app.bridge.progress import StreamMark, slowest_per_topic, with_unwatched
 from app.bridge.records import ALL_NAMESPACES, BridgePosition, EnvelopeWriter, now_rfc3339, rfc3339_us
 from app.bridge.resources import KINDS, Kind
 from app.bridge.settings import BridgeSettings
@@ -64,6 +64,13 @@ class Bridge:
         self.api, self.sink, self.settings, self.clock = api, sink, settings, clock
         names = settings.kind_list()
         self.kinds = kinds if kinds is not None else tuple(k for k in KINDS if not names or k.name in names)
+        # A source topic none of these kinds feed, named by its first kind: it progresses
+        # with the others (`with_unwatched`).
+        fed = {k.topic for k in self.kinds}
+        firsts: dict[str, Kind] = {}
+        for k in KINDS:
+            firsts.setdefault(k.topic, k)
+        self._unwatched = tuple(StreamMark(t, k.name, k.api_version(k.versions[0]), "", None) for t, k in firsts.items() if t not in fed)
         self.outbox: queue.Queue = queue.Queue(maxsize=OUTBOX_BATCHES)
         self._stop = threading.Event()
         self.watches: list[KindWatch] = []
@@ -238,7 +245,7 @@ class Bridge:
             StreamMark(watch.kind.topic, watch.kind.name, watch.api_version(), watch.rv or "", at)
             for watch, (at, _) in snapshot.items()
         )
-        for topic, mark in slowest_per_topic(marks).items():
+        for topic, mark in with_unwatched(slowest_per_topic(marks), self._unwatched).items():
             assert mark.at is not None
             if mark.at <= self._progress_at.get(topic, -1):
                 continue  # no further than last time (a stalled watch, or the clock stepped back)

@@ -132,6 +132,18 @@ class StreamMark(msgspec.Struct, frozen=True):
     at: int | None
 
 
+def with_unwatched(progressed: dict[str, StreamMark], unwatched: Iterable[StreamMark]) -> dict[str, StreamMark]:
+    """`progressed` with each topic none of the bridge's kinds feed (`--kinds` left them
+    out), at the latest of the others: it has published every change of those kinds it
+    received (none), so it holds nothing back (R12.1). A stage's stream time waits for
+    progress of every topic it hears (R12.5): without it, a bridge watching Pods and Events
+    only would stop expiry for good. Nothing while no watched topic has progressed."""
+    if not progressed:
+        return progressed
+    latest = max(mark.at or 0 for mark in progressed.values())
+    return {**progressed, **{m.topic: msgspec.structs.replace(m, at=latest) for m in unwatched if m.topic not in progressed}}
+
+
 def slowest_per_topic(marks: Iterable[StreamMark]) -> dict[str, StreamMark]:
     """Per topic, the mark of its slowest watch (R12.2: a topic fed by several kinds or
     namespace scopes progresses at the slowest). A topic with a watch that was never

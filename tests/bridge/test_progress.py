@@ -7,9 +7,10 @@ import threading
 from datetime import datetime, timezone
 
 import orjson
+from msgspec.structs import replace
 
 from app.bridge.bridge import Bridge
-from app.bridge.progress import CATCH_UP_QUIET_US, StreamMark, StreamProgress, slowest_per_topic
+from app.bridge.progress import CATCH_UP_QUIET_US, StreamMark, StreamProgress, slowest_per_topic, with_unwatched
 from app.bridge.records import EnvelopeWriter, SourceRecord, now_us
 from tests.bridge.helpers import CLUSTER, MemorySink, Running, bump, pod, settings, wait_for
 
@@ -119,6 +120,17 @@ def test_r12_2_a_topic_progresses_at_its_slowest_watch_and_not_at_all_while_one_
     assert slowest == {"k8s.jobs": marks[1], "k8s.pods": marks[4]}
 
 
+def test_r12_2_a_topic_none_of_the_bridges_kinds_feed_progresses_with_the_latest_of_the_others():
+    """`--kinds Pod,Event`: nothing is published to k8s.jobs or k8s.workloads, so nothing
+    there is held back; a worker's stream time waits for every topic it hears (R12.5), so
+    those topics progress too, at the latest time of the watched ones, once there is one."""
+    unwatched = [StreamMark("k8s.jobs", "RayJob", "ray.io/v1", "", None), StreamMark("k8s.workloads", "Workload", "kueue.x-k8s.io/v1beta2", "", None)]
+    assert with_unwatched({}, unwatched) == {}  # no watch live yet: nothing is claimed
+    pods, events = StreamMark("k8s.pods", "Pod", "v1", "7", 500), StreamMark("k8s.events", "Event", "v1", "9", 700)
+    got = with_unwatched({"k8s.pods": pods, "k8s.events": events}, unwatched)
+    assert got == {"k8s.pods": pods, "k8s.events": events, "k8s.jobs": replace(unwatched[0], at=700), "k8s.workloads": replace(unwatched[1], at=700)}
+
+
 def test_r12_1_the_progress_record():
     value = EnvelopeWriter("prod-a").bookmark("2026-09-15T10:30:01.123456Z", "v1", "Pod", "42")
     assert orjson.loads(value) == {
@@ -156,7 +168,7 @@ class OrderSink(MemorySink):
 def test_r12_2_progress_follows_a_flush_and_no_record_before_its_time_comes_after_it(kube, api):
     sink = OrderSink()
     running = Running(Bridge(api, sink, settings(kinds="Pod,Event", progress_interval=0.01)))
-    wait_for(lambda: {t for t, _, _ in sink.progress} == {"k8s.pods", "k8s.events"}, what="progress on both topics")
+    wait_for(lambda: {t for t, _, _ in sink.progress} >= {"k8s.pods", "k8s.events"}, what="progress on both topics")
     for i in range(300):
         kube.create("pods", pod(f"p{i}"))
         kube.create("events", {"metadata": {"name": f"e{i}", "namespace": "ml"}, "involvedObject": {"uid": f"u{i}"}})
@@ -174,6 +186,9 @@ def test_r12_2_progress_follows_a_flush_and_no_record_before_its_time_comes_afte
         assert ("flush",) in log[last_before + 1 : i], "no flush between the records and their progress"
     times = [e[2] for e in log if e[0] == "progress" and e[1] == "k8s.pods"]
     assert times == sorted(set(times))  # always forward
+    # The topics no watched kind feeds progress with the others, named by their first kind.
+    named = {t: orjson.loads(v)["object"]["kind"] for t, _, v in sink.progress if t in ("k8s.jobs", "k8s.workloads")}
+    assert named == {"k8s.jobs": "RayJob", "k8s.workloads": "Workload"}
 
 
 def test_r12_2_a_cut_watch_stops_its_kind_progress_until_it_is_live_again(kube, api):
@@ -181,7 +196,7 @@ def test_r12_2_a_cut_watch_stops_its_kind_progress_until_it_is_live_again(kube, 
     kube.create("workloads", {"metadata": {"name": "w", "namespace": "ml"}, "spec": {}})
     sink = MemorySink()
     running = Running(Bridge(api, sink, settings(kinds="Pod,Workload", progress_interval=0.02)))
-    wait_for(lambda: {t for t, _, _ in sink.progress} == {"k8s.pods", "k8s.workloads"}, what="progress on both topics")
+    wait_for(lambda: {t for t, _, _ in sink.progress} >= {"k8s.pods", "k8s.workloads"}, what="progress on both topics")
 
     def last(topic: str) -> int:
         return max(time_of(v) for t, _, v in list(sink.progress) if t == topic)
@@ -257,9 +272,9 @@ def test_r12_2_progress_records_name_their_cluster_kind_and_position(kube, api):
     kube.create("pods", pod("p"))
     sink = MemorySink()
     running = Running(Bridge(api, sink, settings(kinds="Pod", progress_interval=0.02)))
-    wait_for(lambda: sink.progress, what="progress")
+    wait_for(lambda: any(t == "k8s.pods" for t, _, _ in sink.progress), what="progress")
     running.stop()
-    topic, key, value = sink.progress[-1]
+    topic, key, value = [p for p in sink.progress if p[0] == "k8s.pods"][-1]
     record = orjson.loads(value)
     assert (topic, key) == ("k8s.pods", "Pod")
     assert record["type"] == "BOOKMARK" and record["cluster"] == CLUSTER
