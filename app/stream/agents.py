@@ -138,8 +138,8 @@ class Stages:
             "app_id": self.settings.app_id,
             "rules_version": self.rules.version,
             "counts": dict(self.counts),
-            "stream_time": {
-                name: {str(p): {c: at.isoformat() for c, at in sorted(s.latest.items())} for p, s in sorted(by_partition.items())}
+            "stream_time": {  # what expiry and waits run on (R12.5): null while a topic it hears is waited for
+                name: {str(p): {c: _iso(s.stream_time(c)) for c in sorted(s.latest)} for p, s in sorted(by_partition.items())}
                 for name, by_partition in self.scopes.items()
                 if name in self.tables
             },
@@ -213,6 +213,10 @@ class Stages:
         if self.counts != self._logged:
             log.info("faultline: %s", " ".join(f"{k}={v}" for k, v in sorted(self.counts.items())))
             self._logged = Counter(self.counts)
+
+
+def _iso(at: datetime | None) -> str | None:
+    return at.isoformat() if at is not None else None
 
 
 def source_watermarks(scopes: Iterable[Scope]) -> list[tuple[str, str, datetime]]:
