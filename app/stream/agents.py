@@ -29,7 +29,7 @@ from typing import Any
 
 import faust
 
-from app.core.base.progress import waiting_topics
+from app.core.base.progress import source_topic, waiting_topics
 from app.core.base.rules import Rules
 from app.core.engine.runner import Runner, Scope, Source
 from app.core.engine.topology import HEARD, OUTPUT_TOPICS, STAGES, Stage
@@ -227,7 +227,7 @@ def source_watermarks(scopes: Iterable[Scope]) -> list[tuple[str, str, datetime]
     least: dict[tuple[str, str], datetime] = {}
     for scope in scopes:
         for cluster, name, at in scope.marks.known():
-            key = (cluster, name.rpartition(":")[2])
+            key = (cluster, source_topic(name))
             known = least.get(key)
             least[key] = at if known is None else min(known, at)
     return sorted((cluster, topic, at) for (cluster, topic), at in least.items())

@@ -142,10 +142,15 @@ class Watermarks(msgspec.Struct, frozen=True, dict=True):
         return least
 
 
+def source_topic(name: str) -> str:
+    """The source topic a name progress comes under stands for: a stage's own watermark
+    forwarded as `<stage>:<source topic>` (R12.3) counts for its source topic."""
+    return name.rpartition(":")[2]
+
+
 def waiting_topics(stages: Iterable[Watermarks]) -> list[tuple[str, str]]:
-    """(cluster, source topic) whose watermark any of these stages waits for (R12.5): a
-    stage's own name for a path (`<stage>:<source topic>`) counts for its source topic."""
-    return sorted({(cluster, name.rpartition(":")[2]) for marks in stages for cluster, name in marks.waiting()})
+    """(cluster, source topic) whose watermark any of these stages waits for (R12.5)."""
+    return sorted({(cluster, source_topic(name)) for marks in stages for cluster, name in marks.waiting()})
 
 
 _UNKNOWN = datetime.max  # naive: never a stream time
