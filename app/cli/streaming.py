@@ -104,17 +104,27 @@ def use_event_loop(name: str) -> None:
 
 class _Change(msgspec.Struct):
     type: str = ""
+    cluster: str = ""
 
 
 _CHANGE = msgspec.json.Decoder(_Change)
 
 
-def _is_progress(value: bytes) -> bool:
-    """A progress record (SPEC R12.1): it goes to every partition of its topic."""
+def _progress_cluster(value: bytes) -> str | None:
+    """The cluster of a progress record (SPEC R12.1), which goes to every partition of its
+    topic; None for any other record."""
     try:
-        return _CHANGE.decode(value).type == BOOKMARK
+        change = _CHANGE.decode(value)
     except (msgspec.DecodeError, RecursionError):
-        return False  # published as it is: the worker dead-letters what it cannot read
+        return None  # published as it is: the worker dead-letters what it cannot read
+    return change.cluster if change.type == BOOKMARK else None
+
+
+def progress_gaps(progressed: dict[str, set[str]]) -> dict[str, list[str]]:
+    """Per cluster with progress on some source topics, the source topics without any: a
+    worker's stages that hear them wait for it, with no stream time (R12.5)."""
+    gaps = {cluster: [t for t in SOURCE_TOPICS if t not in topics] for cluster, topics in sorted(progressed.items())}
+    return {cluster: missing for cluster, missing in gaps.items() if missing}
 
 
 def run_publish(args: argparse.Namespace) -> int:
@@ -136,6 +146,7 @@ def run_publish(args: argparse.Namespace) -> int:
     except (TopicError, KafkaError) as exc:
         raise CommandError(str(exc)) from None
     sent, progress, skipped, pending = 0, 0, 0, []
+    progressed: dict[str, set[str]] = {}  # cluster -> source topics with a progress record
     try:
         for number, line in read_lines(args.trace):
             try:
@@ -149,10 +160,12 @@ def run_publish(args: argparse.Namespace) -> int:
                 print(f"faultline: line {number}: topic {record.topic!r} is not a source topic; skipped", file=sys.stderr)
                 continue
             topic, key, value = settings.topic(record.topic), record.key.encode(), bytes(record.value)
-            if _is_progress(value):
+            cluster = _progress_cluster(value)
+            if cluster is not None:
                 for partition in sorted(producer.partitions_for(topic) or ()):
                     pending.append(producer.send(topic, key=key, value=value, partition=partition))
                 progress += 1
+                progressed.setdefault(cluster, set()).add(record.topic)
                 continue
             pending.append(producer.send(topic, key=key, value=value))
             sent += 1
@@ -163,6 +176,13 @@ def run_publish(args: argparse.Namespace) -> int:
         return fail(f"publishing to {settings.bootstrap} failed after {sent} records: {exc}")
     finally:
         producer.close()
+    for cluster, missing in progress_gaps(progressed).items():
+        print(
+            f"faultline: warning: cluster {cluster!r} has progress records on {', '.join(sorted(progressed[cluster]))} but none on "
+            f"{', '.join(missing)}: a worker's stages that read those wait for them and expire, settle and close nothing (SPEC R12.5); "
+            "add a BOOKMARK line for each, as `faultline record` and the bridge write",
+            file=sys.stderr,
+        )
     also = f" and {progress} progress records (each to every partition)" if progress else ""
     print(f"published {sent} records{also} from {args.trace} to {settings.topic('k8s.*')}" + (f"; skipped {skipped} lines" if skipped else ""))
     return 0 if sent or progress or not skipped else 1

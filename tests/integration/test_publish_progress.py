@@ -38,6 +38,9 @@ def test_r12_1_publish_writes_each_progress_record_to_every_partition(kafka_boot
     result = subprocess.run([sys.executable, "-m", "app", "publish", str(trace), "--bootstrap", kafka_bootstrap, "--topic-prefix", topic_prefix,
                              "--partitions", str(PARTITIONS)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+    # Progress on the pods only: the stages hearing the other topics would wait (R12.5), said.
+    [warning] = [w for w in result.stderr.splitlines() if "warning" in w]
+    assert "cluster 'c'" in warning and "none on k8s.events, k8s.jobs, k8s.workloads" in warning and "BOOKMARK" in warning
     records = read_all(kafka_bootstrap, settings.topic("k8s.pods"))
     marks = [r for r in records if orjson.loads(r.value)["type"] == "BOOKMARK"]
     assert sorted(r.partition for r in marks) == list(range(PARTITIONS)) and {r.key for r in marks} == {b"Pod"}
@@ -52,3 +55,15 @@ def test_r12_1_publish_writes_each_progress_record_to_every_partition(kafka_boot
     [p] = partition_of[b"uid-a"]
     mine = sorted((r for r in records if r.partition == p and r.key in (b"uid-a", b"Pod")), key=lambda r: r.offset)
     assert [orjson.loads(r.value)["type"] for r in mine] == ["ADDED", "BOOKMARK", "MODIFIED"]
+
+
+def test_r12_5_publish_says_nothing_of_a_trace_with_progress_on_every_topic(kafka_bootstrap, topic_prefix, tmp_path):
+    settings = Settings(bootstrap=kafka_bootstrap, topic_prefix=topic_prefix, partitions=PARTITIONS)
+    create_topics(settings)
+    kinds = {"k8s.pods": "Pod", "k8s.events": "Event", "k8s.jobs": "JobSet", "k8s.workloads": "Workload"}
+    trace = tmp_path / "trace.jsonl"
+    trace.write_bytes(b"\n".join(line(t, k, "BOOKMARK", k, "5", "2026-12-01T10:00:01.000000Z") for t, k in kinds.items()) + b"\n")
+    result = subprocess.run([sys.executable, "-m", "app", "publish", str(trace), "--bootstrap", kafka_bootstrap, "--topic-prefix", topic_prefix,
+                             "--partitions", str(PARTITIONS)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "warning" not in result.stderr, result.stderr
+    assert "4 progress records" in result.stdout
