@@ -41,7 +41,8 @@ SLICE_REPLACED = "WorkloadSliceReplaced"
 # Deactivated<cause> as `DeactivatedDueTo<cause>` (pkg/workload/patching/
 # patching.go ReasonWithCause), the cause the DeactivationTarget condition's reason:
 # RequeuingLimitExceeded, MaximumExecutionTimeExceeded (the task's: below), AdmissionCheck,
-# EvictedOnManagerCluster (MultiKueue); and v1beta1's InactiveWorkload, unknown reasons.
+# EvictedOnManagerCluster (MultiKueue); and InactiveWorkload (deprecated in v0.10, gone since
+# v0.12: an older Kueue's), unknown reasons.
 # WorkloadSliceReplaced is a Finished reason (R15.1), not an eviction.
 PREEMPTION = "Preempted"
 DEACTIVATED = "Deactivated"

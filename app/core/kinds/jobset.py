@@ -31,7 +31,7 @@ from app.model.k8s import Condition, Job
 
 JOBSET: Final = "JobSet"
 GROUP: Final = "jobset.x-k8s.io"  # api/jobset/v1alpha2/groupversion_info.go
-# api/jobset/v1alpha2/jobset_types.go (JobSetNameKey, JobSetUIDKey, RestartsKey): the JobSet
+# api/jobset/v1alpha2/jobset_types.go (JobSetNameKey, JobSetUIDKey), pkg/constants (RestartsKey): the JobSet
 # controller sets them on every child Job and its pod template
 # (pkg/controllers/jobset_controller.go, labelAndAnnotateObject); the uid since v0.9.0 (#862).
 JOBSET_NAME: Final = "jobset.sigs.k8s.io/jobset-name"

@@ -123,7 +123,9 @@ class RayJob(WorkloadKind):
         `ValidationFailed` ends it (a USER failure with no pods); `jobStatus: FAILED` ends it
         only once KubeRay no longer acts on it (a deployment `Complete`, as KubeRay before
         v1.1 wrote for any finished job): while `Running` KubeRay still chooses between
-        `Failed` and `Retrying`, and `Retrying`, `Waiting` are no ends."""
+        `Failed` and `Retrying`, and `Retrying`, `Waiting` are no ends. KubeRay v1.7.0 writes
+        no RayJob conditions (rayjob_types.go RayJobStatus has none): a `Failed` one is read as
+        for the other kinds, for a controller that writes it."""
         failed = true_condition(job.status.conditions, FAILED)
         status = job.status
         deployment = status.job_deployment_status
