@@ -33,3 +33,13 @@ def test_the_faultline_process_names_its_threads_stacks_when_it_dies_of_a_native
 def test_without_it_a_native_fault_says_nothing() -> None:
     result = _crash("pass")
     assert result.returncode == -signal.SIGSEGV and "Fatal Python error" not in result.stderr
+
+
+@pytest.mark.parametrize("stderr", ["closed", "no descriptor"])
+def test_a_process_without_a_stderr_file_runs_the_command_all_the_same(stderr: str) -> None:
+    # `faultline ... 2>&-` leaves sys.stderr None; a wrapper may put an object with no fileno there.
+    setup = "sys.stderr = None" if stderr == "closed" else "import io; sys.stderr = io.StringIO()"
+    code = f"import sys; {setup}; from app.cli import main; sys.argv = ['faultline', 'rules', 'show']; sys.exit(main())"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "rules_version" in result.stdout
