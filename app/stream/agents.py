@@ -32,7 +32,7 @@ import faust
 from app.core.base.progress import source_topic, waiting_topics
 from app.core.base.rules import Rules
 from app.core.engine.runner import Runner, Scope, Source
-from app.core.engine.topology import HEARD, OUTPUT_TOPICS, STAGES, Stage
+from app.core.engine.topology import OUTPUT_TOPICS, STAGES, Stage, taken_up
 from app.model.facts import INTERNAL_TOPICS
 from app.settings import Settings
 from app.stream.delivery import Batch, Delivery, cause_of, origin_of, relayed, upstream_origin
@@ -103,7 +103,7 @@ class Stages:
             saved = table.progressed(partition) if table is not None else None
             if saved is not None:
                 scope.restore(saved)
-                scope.marks = scope.marks.keeping(HEARD[stage])  # not a name an older version sent it
+                scope.marks = taken_up(stage, scope.marks)
         return scope
 
     def stream_time(self, stage: str, partition: int, cluster: str) -> datetime | None:

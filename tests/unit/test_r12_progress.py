@@ -10,10 +10,10 @@ import orjson
 import pytest
 
 from app.core.fleet.view import LiveFleet, Waiting, Watermark
-from app.core.base.progress import NO_PROGRESS, end_of_input
+from app.core.base.progress import NO_PROGRESS, Watermarks, end_of_input
 from app.core.base.rules import DEFAULT_RULES
 from app.core.engine.runner import Runner, Source
-from app.core.engine.topology import FLEET_STAGE, HEARD
+from app.core.engine.topology import FLEET_STAGE, HEARD, taken_up
 from app.model.decode import encode_internal
 from app.model.envelope import EVENTS, JOBS, PODS, SOURCE_TOPICS, WORKLOADS
 from app.model.facts import END_OF_TIME, FLEET_INPUTS, Progress
@@ -142,6 +142,31 @@ def test_r12_5_a_stages_stream_time_waits_for_progress_of_every_topic_it_hears()
     assert pipeline.marks["attempts"].stream_time(b.CLUSTER) is None  # the events' neither
     _feed(pipeline, b.progress(EVENTS, b.T0 + b.minutes(5)))
     assert pipeline.marks["attempts"].stream_time(b.CLUSTER) == pipeline.marks["fleet"].stream_time(b.CLUSTER) == b.T0
+
+
+def test_r12_5_progress_taken_up_from_an_older_save_waits_for_every_topic_the_stage_hears() -> None:
+    """A worker taking up a partition saved before R12.5 waited for unheard topics: the
+    attempt stage had heard the jobs and Workloads, not yet the pods and Events. Taken up
+    as saved, its stream time would be the jobs' watermark (idle quota decided with a pod's
+    run still to come) until the next progress moved, then go back."""
+    pipeline = new_pipeline()
+    for topic in (JOBS, WORKLOADS):
+        _feed(pipeline, b.progress(topic, b.T0 + b.minutes(90)))
+    heard = pipeline.marks["attempts"]
+    names = {n for n in HEARD["attempts"] if n.endswith((JOBS, WORKLOADS))}
+    older = Watermarks(  # as the version before saved it: only the names it had heard
+        latest={k: v for k, v in heard.latest.items() if k.partition("/")[2] in names},
+        partitions={k: v for k, v in heard.partitions.items() if k.partition("/")[2] in names},
+        marks={k: v for k, v in heard.marks.items() if k.partition("/")[2] in names},
+    )
+    assert older.stream_time(b.CLUSTER) == b.T0 + b.minutes(90)
+    taken = taken_up("attempts", older)
+    assert taken.stream_time(b.CLUSTER) is None
+    assert taken.latest.keys() == {f"{b.CLUSTER}/{name}" for name in HEARD["attempts"]} == heard.latest.keys()
+    assert taken_up("attempts", heard) is heard  # saved by this version: taken up as it is
+    for name in sorted(HEARD["attempts"] - names):  # the pods' and Events' progress, by every path
+        taken = taken.observe(Progress(b.CLUSTER, name, 0, 1, b.T0)) or taken
+    assert taken.stream_time(b.CLUSTER) == b.T0
 
 
 def test_r12_5_with_no_progress_at_all_the_stream_time_is_the_latest_record_time() -> None:

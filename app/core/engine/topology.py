@@ -184,6 +184,23 @@ HEARD: dict[str, frozenset[str]] = {stage: frozenset(names) for stage, names in 
 EXPECTED: dict[str, dict[str, tuple[str, ...]]] = {
     stage: {name: tuple(sorted(n for n in names if n != name)) for name in names} for stage, names in HEARD.items()
 }
+
+
+def taken_up(stage: str, marks: Watermarks) -> Watermarks:
+    """Progress a driver takes up where it was saved, perhaps by an older version: only the
+    names the stage hears (`HEARD`: one it no longer hears would never move again), and,
+    for every cluster it had heard, every name `EXPECTED` of it. Progress saved before a
+    stage expected the names it had not heard yet would otherwise give it a stream time
+    ahead of them until the next progress moved (R12.5)."""
+    marks = marks.keeping(HEARD[stage])
+    expected = EXPECTED[stage]
+    for key in [*marks.latest, *marks.ended]:
+        cluster, _, name = key.partition("/")
+        for other in expected.get(name, ()):
+            marks = marks.expect(cluster, other)
+    return marks
+
+
 OUTPUT_TOPICS: tuple[str, ...] = (FAULTS, CLASSIFIED_FAILURES, GANG_TRANSITIONS, STUCK_READMISSIONS, IDLE_QUOTA, DEAD_LETTER, *DERIVED_TOPICS)
 
 
