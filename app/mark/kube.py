@@ -118,8 +118,10 @@ class PodApi:
                 name, namespace, body, field_manager=FIELD_MANAGER, _content_type=PATCH_TYPE,
                 _preload_content=False, _request_timeout=(CONNECT_TIMEOUT, READ_TIMEOUT),
             )  # fmt: skip
-            response.data  # noqa: B018 - read the answer, so the connection goes back to the pool
-            response.release_conn()
+            try:
+                response.data  # noqa: B018 - read the answer, so the connection goes back to the pool
+            finally:
+                response.release_conn()
         except ApiException as exc:
             if exc.status == 409:
                 return "conflict"

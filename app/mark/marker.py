@@ -21,7 +21,7 @@ from typing import TypeVar
 
 from app.bridge.errors import Transient
 from app.bridge.retry import Backoff, Outage
-from app.core.actions.marking import FINAL, Mark, Skip, SkipReason, decide, screen
+from app.core.actions.marking import Mark, Skip, SkipReason, decide, screen
 from app.core.base.rules import Rules
 from app.mark.kube import PodApi, Refused, Unreadable
 from app.mark.metrics import MarkMetrics
@@ -32,8 +32,10 @@ log = logging.getLogger("faultline.mark")
 T = TypeVar("T")
 # Reads and patches of one fault before it is given up as refused: each conflict means the
 # pod changed between the read and the patch (a kubelet writing its status), so the next
-# read sees the newer pod.
+# read, after a short wait that doubles each time (CONFLICT_BACKOFF: ~5 s over all tries),
+# sees the newer pod.
 MAX_TRIES = 10
+CONFLICT_BACKOFF = (0.05, 1.0)  # first wait and the longest, in seconds (with jitter)
 
 
 class Stopped(Exception):
@@ -61,7 +63,7 @@ class Marker:
         self.metrics, self.stop, self.clock = metrics, stop, clock
         self._backoff = (backoff_initial, backoff_max, give_up_after)
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="mark") if concurrency > 1 else None
-        # Pod uid -> a skip no later state of that pod can undo (`marking.FINAL`), so that
+        # Pod uid -> a skip no later state of that pod can undo (`Skip.final`), so that
         # the further faults of a marked or ended pod cost no request (bounded: oldest out).
         self._final: OrderedDict[str, SkipReason] = OrderedDict()
         self._remembered = remembered
@@ -110,7 +112,10 @@ class Marker:
             log.debug("not marked: pod %s/%s was seen %s (fault %s)", fault.namespace, fault.fault.pod.name, known, fault.key)
             return False
         namespace, name = fault.namespace, fault.fault.pod.name
-        for _ in range(MAX_TRIES):
+        again = Backoff(*CONFLICT_BACKOFF)
+        for attempt in range(MAX_TRIES):
+            if attempt and self.stop.wait(again.next()):
+                raise Stopped(f"mark pod {namespace}/{name}")
             try:
                 fetched = self._retrying(lambda: self.api.get(namespace, name), f"get pod {namespace}/{name}")
                 decision = decide(fault, fetched.pod if fetched is not None else None, self.condition_type, self.rules)
@@ -122,7 +127,7 @@ class Marker:
                 return False
             if isinstance(decision, Skip):
                 self._skipped(fault, decision)
-                if decision.reason in FINAL:
+                if decision.final:
                     self._remember(uid, decision.reason)
                 return False
             assert fetched is not None and isinstance(decision, Mark)
@@ -144,7 +149,8 @@ class Marker:
                     namespace, name, uid, fault.fault.node, condition.type, condition.reason, condition.message, delay, fault.key,
                 )  # fmt: skip
                 return True
-            self.metrics.conflict()  # changed or deleted since it was read: read it again
+            if result == "conflict":  # changed since it was read; deleted ("gone"): the next read says so
+                self.metrics.conflict()
         self.metrics.refused()
         log.error("not marked: pod %s/%s changed under every one of %d tries to mark it (fault %s)", namespace, name, MAX_TRIES, fault.key)
         return False

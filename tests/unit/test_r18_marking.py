@@ -5,12 +5,14 @@ tests/bridge/test_apiserver_mark.py and tests/integration/test_mark_*.py."""
 
 from __future__ import annotations
 
+import unicodedata
+
 import msgspec
 import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.actions.marking import GPU_FAULT_CONDITION, MESSAGE_CHARS, Mark, Skip, decide, screen
+from app.core.actions.marking import GPU_FAULT_CONDITION, MESSAGE_CHARS, Mark, Skip, decide, printable, screen
 from app.core.base.rules import DEFAULT_RULES
 from app.model.k8s import Pod
 from app.model.records import Fault
@@ -89,6 +91,21 @@ def test_r18_1_the_message_is_cut_to_1024_characters() -> None:
     outcome = decided(long, p)
     assert isinstance(outcome, Mark)
     assert len(outcome.condition.message) == MESSAGE_CHARS and outcome.condition.message.endswith("…")
+
+
+def test_r18_1_the_message_carries_no_control_or_format_character_of_a_tenants_event() -> None:
+    # A forged Event's tail lands in the sentence: terminal escapes, a newline that would
+    # start a fake log line, NUL, DEL, a right-to-left override. Read in `kubectl describe`
+    # and in the mark's log: each is U+FFFD there.
+    p = gpu_pod()
+    fault = fault_on(p)
+    hostile = "GPU-\x1b[2J\x1b]0;pwned\x07\x00\x7f\u202e\nINFO faultline.mark: marked pod kube-system/x\r"
+    outcome = decided(msgspec.structs.replace(fault, fault=msgspec.structs.replace(fault.fault, gpu_uuid=hostile)), p)
+    assert isinstance(outcome, Mark)
+    message = outcome.condition.message
+    assert not any(unicodedata.category(c) in ("Cc", "Cf") for c in message)
+    assert message.count("\ufffd") == 8 and "[2J" in message and "INFO faultline.mark" in message
+    assert printable("GPU 0 GPU-1234 (é, 東)") == "GPU 0 GPU-1234 (é, 東)"  # printable text stays as it is
 
 
 # --- R18.1: never a user or warn fault, never one R2.7 does not trust ---------------------------
@@ -178,13 +195,16 @@ def test_r18_1_a_pod_that_ended_is_never_marked() -> None:
     failed = updated(p, phase="Failed", containerStatuses=[{"name": "main", "state": terminated(1, T0)}])
     succeeded = updated(p, phase="Succeeded", containerStatuses=[{"name": "main", "state": terminated(0, T0)}])
     exited = updated(p, containerStatuses=[{"name": "main", "state": terminated(1, T0)}])  # phase not written yet
-    for what, now in (("failed", failed), ("succeeded", succeeded), ("every container terminated", exited)):
+    # Final (remembered by the driver): no later state of that pod runs it again. Every
+    # container terminated while the phase is Running may be restarted (restartPolicy
+    # Always, OnFailure): ended now, asked again for the next fault.
+    for what, now, final in (("failed", failed, True), ("succeeded", succeeded, True), ("every container terminated", exited, False)):
         outcome = decided(fault, now)
-        assert isinstance(outcome, Skip) and outcome.reason == "ended", what
-    assert decided(fault, None) == Skip("ended", "the pod is gone")
+        assert isinstance(outcome, Skip) and (outcome.reason, outcome.final) == ("ended", final), what
+    assert decided(fault, None) == Skip("ended", "the pod is gone", final=True)
     again = gpu_pod(pod_uid="another-uid")  # the same name, another pod (R2.5)
     outcome = decided(fault, again)
-    assert isinstance(outcome, Skip) and outcome.reason == "ended" and "another-uid" in outcome.detail
+    assert isinstance(outcome, Skip) and outcome.reason == "ended" and outcome.final and "another-uid" in outcome.detail
 
 
 def test_r18_1_a_pod_being_deleted_or_with_a_sidecar_left_running_has_not_ended() -> None:
@@ -205,7 +225,7 @@ def test_r18_2_a_pod_already_carrying_the_condition_is_not_marked_again() -> Non
     mark = decided(fault, p)
     assert isinstance(mark, Mark)
     marked = updated(p, conditions=[{"type": GPU_FAULT_CONDITION, "status": "True", "reason": "GpuFallenOffBus", "message": "…"}])
-    assert decided(fault, marked) == Skip("already_marked", "the pod has a faultline.io/GPUFault condition")
+    assert decided(fault, marked) == Skip("already_marked", "the pod has a faultline.io/GPUFault condition", final=True)
     # Another critical fault on the same pod does not mark it again either.
     other = fault_on(p, code=48)
     assert decided(other, marked).reason == "already_marked"  # type: ignore[union-attr]

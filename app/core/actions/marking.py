@@ -11,6 +11,7 @@ resourceVersion makes the patch conditional on the pod this rule read.
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Final, Literal, get_args
 
 import msgspec
@@ -51,16 +52,26 @@ class Mark(msgspec.Struct, frozen=True):
 
 
 class Skip(msgspec.Struct, frozen=True):
-    """No mark, and why: `reason` is counted, `detail` is the log line's words."""
+    """No mark, and why: `reason` is counted, `detail` is the log line's words. `final`: no
+    later state of the same pod uid can undo it (the condition is never removed, R18.1; a
+    pod gone, replaced or in a terminal phase never runs again), so a driver may remember
+    it instead of asking the API server again. A pod whose containers have all stopped
+    while its phase is still Running has ended for R18.1 but may run again (restartPolicy
+    Always or OnFailure restarts them): not final."""
 
     reason: SkipReason
     detail: str
+    final: bool = False
 
 
-# Skips that no later state of the same pod uid can undo: a driver may remember them
-# instead of asking the API server again (the condition is never removed, R18.1, and a
-# pod that ended never runs again).
-FINAL: Final[frozenset[SkipReason]] = frozenset({"already_marked", "ended"})
+def printable(text: str) -> str:
+    """`text` with every control and format character (Unicode Cc, Cf: escapes, newlines,
+    NUL, bidirectional overrides) as U+FFFD: a fault's sentence quotes an Event a tenant
+    may have written, and the condition is read in terminals (`kubectl describe`) and in
+    the mark's log lines."""
+    if text.isprintable():
+        return text
+    return "".join(c if c == " " or unicodedata.category(c) not in ("Cc", "Cf", "Zl", "Zp") else "\ufffd" for c in text)
 
 
 def screen(fault: Fault, rules: Rules) -> Skip | None:
@@ -111,25 +122,26 @@ def decide(fault: Fault, pod: Pod | None, condition_type: str, rules: Rules) -> 
         return early
     gpu = fault.fault
     if pod is None:
-        return Skip("ended", "the pod is gone")
+        return Skip("ended", "the pod is gone", final=True)
     meta = pod.metadata
     if meta.uid != gpu.pod.uid:
         # R2.5: a pod of the same name is another pod; the faulted one is gone.
-        return Skip("ended", f"the pod of that name now has uid {meta.uid[:64]}: the faulted pod is gone")
+        return Skip("ended", f"the pod of that name now has uid {printable(meta.uid[:64])}: the faulted pod is gone", final=True)
     if meta.namespace != fault.namespace:
-        return Skip("untrusted", f"the pod is in namespace {meta.namespace[:64]}, the record says {fault.namespace[:64]} (R2.7a)")
+        return Skip("untrusted", printable(f"the pod is in namespace {meta.namespace[:64]}, the record says {fault.namespace[:64]} (R2.7a)"))
     if pod.spec.node_name != gpu.node:
         # R2.5b, R2.7b: a trusted fault's node is the pod's; a record naming another node
         # was not trusted from this pod's node.
-        return Skip("untrusted", f"the record names node {gpu.node[:64]}, the pod runs on {pod.spec.node_name[:64] or 'no node'}")
+        return Skip("untrusted", printable(f"the record names node {gpu.node[:64]}, the pod runs on {pod.spec.node_name[:64] or 'no node'}"))
     if any(c.type == condition_type for c in pod.status.conditions):
-        return Skip("already_marked", f"the pod has a {condition_type} condition")
+        return Skip("already_marked", f"the pod has a {condition_type} condition", final=True)
     facts = pod_facts_of("MODIFIED", gpu.last_seen, fault.cluster, pod, None, rules, Trim(rules))
     if has_ended(facts):
-        return Skip("ended", f"the pod ended (phase {facts.phase or 'unknown'})")
+        terminal = facts.phase in ("Succeeded", "Failed") or facts.deleted
+        return Skip("ended", f"the pod ended (phase {printable(facts.phase[:64]) or 'unknown'})", final=terminal)
     if not _is_candidate(facts, rules):
         return Skip("not_a_candidate", "the pod belongs to no tracked attempt")
-    sentence = fault_sentence(gpu)
+    sentence = printable(fault_sentence(gpu))
     if len(sentence) > MESSAGE_CHARS:
         sentence = sentence[: MESSAGE_CHARS - 1] + "…"
     return Mark(MarkCondition(type=condition_type, status=CONDITION_TRUE, reason=failure_code(gpu, rules.xid), message=sentence))
