@@ -104,7 +104,7 @@ def use_event_loop(name: str) -> None:
 
 class _Change(msgspec.Struct):
     type: str = ""
-    cluster: str = ""
+    cluster: object = ""  # any JSON: a progress record whose cluster is no string still goes to every partition
 
 
 _CHANGE = msgspec.json.Decoder(_Change)
@@ -112,12 +112,14 @@ _CHANGE = msgspec.json.Decoder(_Change)
 
 def _progress_cluster(value: bytes) -> str | None:
     """The cluster of a progress record (SPEC R12.1), which goes to every partition of its
-    topic; None for any other record."""
+    topic ("" when it names none as a string); None for any other record."""
     try:
         change = _CHANGE.decode(value)
     except (msgspec.DecodeError, RecursionError):
         return None  # published as it is: the worker dead-letters what it cannot read
-    return change.cluster if change.type == BOOKMARK else None
+    if change.type != BOOKMARK:
+        return None
+    return change.cluster if isinstance(change.cluster, str) else ""  # the worker dead-letters it
 
 
 def progress_gaps(progressed: dict[str, set[str]]) -> dict[str, list[str]]:
@@ -165,7 +167,8 @@ def run_publish(args: argparse.Namespace) -> int:
                 for partition in sorted(producer.partitions_for(topic) or ()):
                     pending.append(producer.send(topic, key=key, value=value, partition=partition))
                 progress += 1
-                progressed.setdefault(cluster, set()).add(record.topic)
+                if cluster:  # "": no cluster a worker could read (it dead-letters the record)
+                    progressed.setdefault(cluster, set()).add(record.topic)
                 continue
             pending.append(producer.send(topic, key=key, value=value))
             sent += 1

@@ -67,3 +67,18 @@ def test_r12_5_publish_says_nothing_of_a_trace_with_progress_on_every_topic(kafk
                              "--partitions", str(PARTITIONS)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and "warning" not in result.stderr, result.stderr
     assert "4 progress records" in result.stdout
+
+
+def test_r12_1_a_progress_record_naming_no_readable_cluster_still_goes_to_every_partition(kafka_bootstrap, topic_prefix, tmp_path):
+    # The worker dead-letters it (R11.1) on every partition, as any progress record: publish
+    # neither reads nor judges it beyond its type.
+    settings = Settings(bootstrap=kafka_bootstrap, topic_prefix=topic_prefix, partitions=PARTITIONS)
+    create_topics(settings)
+    value = {"type": "BOOKMARK", "observed_at": "2026-12-01T10:00:01.000000Z", "cluster": {"not": "a name"},
+             "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"resourceVersion": "5"}}}
+    trace = tmp_path / "trace.jsonl"
+    trace.write_bytes(orjson.dumps({"topic": "k8s.pods", "key": "Pod", "value": value}) + b"\n")
+    result = subprocess.run([sys.executable, "-m", "app", "publish", str(trace), "--bootstrap", kafka_bootstrap, "--topic-prefix", topic_prefix,
+                             "--partitions", str(PARTITIONS)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "warning" not in result.stderr, result.stderr
+    assert sorted(r.partition for r in read_all(kafka_bootstrap, settings.topic("k8s.pods"))) == list(range(PARTITIONS))

@@ -65,8 +65,8 @@ class Skip(msgspec.Struct, frozen=True):
 
 
 def printable(text: str) -> str:
-    """`text` with every control and format character (Unicode Cc, Cf: escapes, newlines,
-    NUL, bidirectional overrides) as U+FFFD: a fault's sentence quotes an Event a tenant
+    """`text` with every control and format character and line or paragraph separator
+    (Unicode Cc, Cf, Zl, Zp: escapes, newlines, NUL, bidirectional overrides) as U+FFFD: a fault's sentence quotes an Event a tenant
     may have written, and the condition is read in terminals (`kubectl describe`) and in
     the mark's log lines."""
     if text.isprintable():
@@ -137,7 +137,7 @@ def decide(fault: Fault, pod: Pod | None, condition_type: str, rules: Rules) -> 
         return Skip("already_marked", f"the pod has a {condition_type} condition", final=True)
     facts = pod_facts_of("MODIFIED", gpu.last_seen, fault.cluster, pod, None, rules, Trim(rules))
     if has_ended(facts):
-        terminal = facts.phase in ("Succeeded", "Failed") or facts.deleted
+        terminal = facts.phase in ("Succeeded", "Failed")  # read as MODIFIED: never `deleted` here
         return Skip("ended", f"the pod ended (phase {printable(facts.phase[:64]) or 'unknown'})", final=terminal)
     if not _is_candidate(facts, rules):
         return Skip("not_a_candidate", "the pod belongs to no tracked attempt")
